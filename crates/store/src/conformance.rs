@@ -1,0 +1,1 @@
+//! The conformance suite every backend passes (filled in by the store work).

@@ -1,0 +1,255 @@
+//! Images: the pull policy (`imagePullPolicy`), pulling with back-off (ErrImagePull,
+//! ImagePullBackOff), and importing image tarballs into containerd for air-gapped nodes.
+//!
+//! Follows "Images" (<https://kubernetes.io/docs/concepts/containers/images/>): `IfNotPresent`
+//! asks `ImageStatus` first, because CRI `PullImage` always contacts the registry.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Container;
+
+use crate::backoff::Backoff;
+use crate::cri::CriClient;
+
+/// Image pull policy (`imagePullPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Always pull (default for `:latest` or untagged images).
+    Always,
+    /// Pull only when the image is not on the node (default otherwise).
+    IfNotPresent,
+    /// Never pull; fail when the image is missing.
+    Never,
+}
+
+/// The tag of an image reference ("busybox:1.35" → Some("1.35"); digests and untagged → None).
+fn image_tag(image: &str) -> Option<&str> {
+    if image.contains('@') {
+        return None;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.split_once(':').map(|(_, t)| t)
+}
+
+/// The effective pull policy of a container (API defaulting: `Always` for `:latest` and
+/// untagged images, `IfNotPresent` otherwise).
+pub fn pull_policy(container: &Container) -> PullPolicy {
+    match container.image_pull_policy.as_deref() {
+        Some("Always") => PullPolicy::Always,
+        Some("Never") => PullPolicy::Never,
+        Some("IfNotPresent") => PullPolicy::IfNotPresent,
+        _ => {
+            let image = container.image.as_deref().unwrap_or_default();
+            if image.contains('@') {
+                PullPolicy::IfNotPresent
+            } else {
+                match image_tag(image) {
+                    None | Some("latest") => PullPolicy::Always,
+                    Some(_) => PullPolicy::IfNotPresent,
+                }
+            }
+        }
+    }
+}
+
+/// Why an image could not be made available; becomes the container's waiting reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageError {
+    /// `ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull` or `InvalidImageName`.
+    pub reason: &'static str,
+    /// The message for the container status and event.
+    pub message: String,
+}
+
+/// What [`ensure_image`] did, for events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageOutcome {
+    /// The image was already present (`Pulled`: "Container image ... already present on machine").
+    Present {
+        /// The image id to create the container from.
+        image_ref: String,
+    },
+    /// The image was pulled.
+    Pulled {
+        /// The image id to create the container from.
+        image_ref: String,
+        /// How long the pull took.
+        took: std::time::Duration,
+    },
+}
+
+impl ImageOutcome {
+    /// The image id.
+    pub fn image_ref(&self) -> &str {
+        match self {
+            ImageOutcome::Present { image_ref } | ImageOutcome::Pulled { image_ref, .. } => image_ref,
+        }
+    }
+}
+
+/// Makes the container's image available per its pull policy, with per-image back-off of
+/// failed pulls (key `backoff_key`). `on_pull` is called before a pull starts (the `Pulling`
+/// event).
+///
+/// # Errors
+/// [`ImageError`] with the Kubernetes reason and a message that, for images missing offline,
+/// says how to import them.
+pub async fn ensure_image(
+    cri: &CriClient,
+    container: &Container,
+    backoff: &parking_lot::Mutex<Backoff>,
+    backoff_key: &str,
+    on_pull: impl FnOnce(),
+) -> Result<ImageOutcome, ImageError> {
+    let image = container.image.clone().unwrap_or_default();
+    if image.is_empty() {
+        return Err(ImageError { reason: "InvalidImageName", message: "container has no image".into() });
+    }
+    let policy = pull_policy(container);
+    let present = if policy == PullPolicy::Always {
+        None
+    } else {
+        match cri.image_status(&image).await {
+            Ok(img) => img,
+            Err(e) => {
+                return Err(ImageError { reason: "ErrImagePull", message: format!("checking image {image:?}: {e}") });
+            }
+        }
+    };
+    if let Some(img) = present {
+        return Ok(ImageOutcome::Present { image_ref: img.id });
+    }
+    if policy == PullPolicy::Never {
+        return Err(ImageError {
+            reason: "ErrImageNeverPull",
+            message: format!("Container image {image:?} is not present with pull policy of Never"),
+        });
+    }
+    let now = Instant::now();
+    if let Some(remaining) = backoff.lock().in_backoff_since(backoff_key, now, now) {
+        return Err(ImageError {
+            reason: "ImagePullBackOff",
+            message: format!("Back-off pulling image {image:?} (next attempt in {}s)", remaining.as_secs().max(1)),
+        });
+    }
+    on_pull();
+    let started = Instant::now();
+    match cri.pull_image(&image, None).await {
+        Ok(image_ref) => {
+            backoff.lock().reset(backoff_key);
+            Ok(ImageOutcome::Pulled { image_ref, took: started.elapsed() })
+        }
+        Err(e) => {
+            backoff.lock().next(backoff_key, Instant::now());
+            let local = cri.image_status(&image).await.ok().flatten().is_some();
+            let hint = if local {
+                " The image is present on the node: set imagePullPolicy: IfNotPresent to use it without a registry."
+            } else {
+                " No registry may be reachable from this node: import the image with `skiff images import FILE.tar` \
+                 (or place the tarball in the agent's images/ directory) and use a tag other than :latest."
+            };
+            Err(ImageError { reason: "ErrImagePull", message: format!("Failed to pull image {image:?}: {e}.{hint}") })
+        }
+    }
+}
+
+/// The containerd namespace CRI uses.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
+/// Imports one image tarball (docker-archive or OCI layout) into the containerd at `socket`,
+/// using `ctr -n k8s.io images import`.
+///
+/// # Errors
+/// [`crate::Error::Io`] when `ctr` cannot run; [`crate::Error::Config`] when it fails (the
+/// message carries its output).
+pub async fn import_image_tarball(socket: &Path, tarball: &Path) -> Result<String, crate::Error> {
+    let out = tokio::process::Command::new("ctr")
+        .arg("--address")
+        .arg(socket)
+        .args(["-n", CRI_NAMESPACE, "images", "import", "--all-platforms"])
+        .arg(tarball)
+        .output()
+        .await
+        .map_err(|e| crate::Error::io("running ctr (install containerd)", e))?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(crate::Error::Config(format!(
+            "importing {} failed: {}{}",
+            tarball.display(),
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(stdout)
+}
+
+/// The image tarballs (`*.tar`, `*.tar.gz`, `*.tgz`) in `dir`, sorted; empty when the
+/// directory does not exist.
+pub fn tarballs_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            p.is_file() && (name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".tgz"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Imports every tarball of `dir` (the agent's `images/` directory); failures are logged and
+/// skipped. Returns the number imported.
+pub async fn import_dir(socket: &Path, dir: &Path) -> usize {
+    let mut imported = 0;
+    for file in tarballs_in(dir) {
+        match import_image_tarball(socket, &file).await {
+            Ok(_) => {
+                tracing::info!(file = %file.display(), "imported image tarball");
+                imported += 1;
+            }
+            Err(e) => tracing::warn!(file = %file.display(), error = %e, "importing image tarball failed"),
+        }
+    }
+    imported
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(image: &str, policy: Option<&str>) -> Container {
+        Container {
+            name: "c".into(),
+            image: Some(image.into()),
+            image_pull_policy: policy.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn default_pull_policy_follows_the_tag() {
+        assert_eq!(pull_policy(&c("busybox", None)), PullPolicy::Always);
+        assert_eq!(pull_policy(&c("busybox:latest", None)), PullPolicy::Always);
+        assert_eq!(pull_policy(&c("skiff.local/busybox:1.35", None)), PullPolicy::IfNotPresent);
+        assert_eq!(pull_policy(&c("localhost:5000/busybox", None)), PullPolicy::Always);
+        assert_eq!(pull_policy(&c("busybox@sha256:abc", None)), PullPolicy::IfNotPresent);
+        assert_eq!(pull_policy(&c("busybox", Some("Never"))), PullPolicy::Never);
+        assert_eq!(pull_policy(&c("busybox:1", Some("Always"))), PullPolicy::Always);
+    }
+
+    #[test]
+    fn tarballs_are_listed_sorted_and_filtered() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        for name in ["b.tar", "a.tar.gz", "notes.txt"] {
+            std::fs::write(dir.path().join(name), b"").unwrap_or_else(|e| panic!("write: {e}"));
+        }
+        let names: Vec<String> = tarballs_in(dir.path())
+            .iter()
+            .map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+            .collect();
+        assert_eq!(names, vec!["a.tar.gz", "b.tar"]);
+        assert!(tarballs_in(Path::new("/nonexistent/skiff")).is_empty());
+    }
+}

@@ -207,7 +207,11 @@ pub fn is_c_identifier(value: &str) -> Vec<String> {
     let mut chars = value.chars();
     let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok { Vec::new() } else { vec![regex_error(C_IDENTIFIER_ERR, C_IDENTIFIER_FMT, &["my_name", "MY_NAME", "MyName"])] }
+    if ok {
+        Vec::new()
+    } else {
+        vec![regex_error(C_IDENTIFIER_ERR, C_IDENTIFIER_FMT, &["my_name", "MY_NAME", "MyName"])]
+    }
 }
 
 /// `IsEnvVarName` as relaxed in Kubernetes 1.32+ (RelaxedEnvironmentVariableValidation, GA in
@@ -216,8 +220,10 @@ pub fn is_env_var_name(value: &str) -> Vec<String> {
     if !value.is_empty() && value.chars().all(|c| (' '..='~').contains(&c) && c != '=') {
         Vec::new()
     } else {
-        vec!["a valid environment variable name must consist only of printable ASCII characters other than '='"
-            .to_string()]
+        vec![
+            "a valid environment variable name must consist only of printable ASCII characters other than '='"
+                .to_string(),
+        ]
     }
 }
 
@@ -300,7 +306,9 @@ mod tests {
         }
         assert_eq!(
             is_qualified_name("a b"),
-            vec!["name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"]
+            vec![
+                "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+            ]
         );
     }
 

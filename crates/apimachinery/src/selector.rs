@@ -72,9 +72,9 @@ impl Requirement {
         }
         let shown = format!("{values:?}");
         match operator {
-            Operator::In | Operator::NotIn if values.is_empty() => {
-                errs.push(format!("values: Invalid value: {shown}: for 'in', 'notin' operators, values set can't be empty"))
-            }
+            Operator::In | Operator::NotIn if values.is_empty() => errs.push(format!(
+                "values: Invalid value: {shown}: for 'in', 'notin' operators, values set can't be empty"
+            )),
             Operator::Equals | Operator::DoubleEquals | Operator::NotEquals if values.len() != 1 => errs
                 .push(format!("values: Invalid value: {shown}: exact-match compatibility requires one single value")),
             Operator::Exists | Operator::DoesNotExist if !values.is_empty() => errs.push(format!(
@@ -687,7 +687,9 @@ fn split_terms(s: &str) -> Vec<String> {
 fn split_term(term: &str) -> Option<(&str, FieldOperator, &str)> {
     for (i, _) in term.char_indices() {
         let rest = &term[i..];
-        for (op, kind) in [("!=", FieldOperator::NotEquals), ("==", FieldOperator::Equals), ("=", FieldOperator::Equals)] {
+        for (op, kind) in
+            [("!=", FieldOperator::NotEquals), ("==", FieldOperator::Equals), ("=", FieldOperator::Equals)]
+        {
             if rest.starts_with(op) {
                 return Some((&term[..i], kind, &term[i + op.len()..]));
             }
@@ -725,7 +727,11 @@ impl FieldSelector {
     pub fn from_equalities<'a>(terms: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut requirements: Vec<FieldRequirement> = terms
             .into_iter()
-            .map(|(f, v)| FieldRequirement { field: f.to_string(), operator: FieldOperator::Equals, value: v.to_string() })
+            .map(|(f, v)| FieldRequirement {
+                field: f.to_string(),
+                operator: FieldOperator::Equals,
+                value: v.to_string(),
+            })
             .collect();
         requirements.sort_by(|a, b| (&a.field, &a.value).cmp(&(&b.field, &b.value)));
         Self { requirements }
@@ -832,11 +838,14 @@ mod tests {
             ("!a=b", "found '=', expected: ',' or 'end of string'"),
             ("a in b", "unable to parse requirement: found 'b' expected: '('"),
             ("a in (b", "unable to parse requirement: found '', expected: ',' or ')'"),
-            ("a b", "found 'b', expected: ',' or 'end of string'"),
-            ("a foo b", "found 'foo', expected: ',' or 'end of string'"),
+            ("a b", "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt"),
+            ("a foo b", "unable to parse requirement: found 'foo', expected: in, notin, =, ==, !=, gt, lt"),
             ("=a", "found '=', expected: !, identifier, or 'end of string'"),
             ("a=(", "unable to parse requirement: found '(', expected: identifier"),
-            ("a>b", "unable to parse requirement: values[0]: Invalid value: \"b\": for 'Gt', 'Lt' operators, the value must be an integer"),
+            (
+                "a>b",
+                "unable to parse requirement: values[0]: Invalid value: \"b\": for 'Gt', 'Lt' operators, the value must be an integer",
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(LabelSelector::parse(input).unwrap_err(), want, "{input:?}");
@@ -844,9 +853,17 @@ mod tests {
         let err = LabelSelector::parse("app=a b").unwrap_err();
         assert_eq!(err, "found 'b', expected: ',' or 'end of string'");
         let err = LabelSelector::parse("app=-x").unwrap_err();
-        assert!(err.starts_with("unable to parse requirement: values[0][app]: Invalid value: \"-x\": a valid label must be"), "{err}");
+        assert!(
+            err.starts_with(
+                "unable to parse requirement: values[0][app]: Invalid value: \"-x\": a valid label must be"
+            ),
+            "{err}"
+        );
         let err = LabelSelector::parse("a/b/c").unwrap_err();
-        assert!(err.starts_with("unable to parse requirement: <nil>: Invalid value: \"a/b/c\": a qualified name"), "{err}");
+        assert!(
+            err.starts_with("unable to parse requirement: <nil>: Invalid value: \"a/b/c\": a qualified name"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -84,8 +84,11 @@ impl ApiError {
     /// 403 Forbidden with Kubernetes' wording: `<resource> "<name>" is forbidden: <why>`.
     pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
         let what = qualified(group, resource);
-        let message =
-            if name.is_empty() { format!("{what} is forbidden: {why}") } else { format!("{what} \"{name}\" is forbidden: {why}") };
+        let message = if name.is_empty() {
+            format!("{what} is forbidden: {why}")
+        } else {
+            format!("{what} \"{name}\" is forbidden: {why}")
+        };
         Self::new(403, "Forbidden", message).with_details(group, resource, name)
     }
 
@@ -235,8 +238,16 @@ mod tests {
     #[test]
     fn invalid_lists_every_cause_in_the_message() {
         let causes = vec![
-            Cause { reason: "FieldValueRequired".into(), message: "Required value".into(), field: "spec.selector".into() },
-            Cause { reason: "FieldValueInvalid".into(), message: "Invalid value: \"A\"".into(), field: "metadata.name".into() },
+            Cause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "spec.selector".into(),
+            },
+            Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: \"A\"".into(),
+                field: "metadata.name".into(),
+            },
         ];
         let s = ApiError::invalid("apps", "Deployment", "web", causes).to_status();
         assert_eq!(

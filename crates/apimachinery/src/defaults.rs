@@ -1,0 +1,671 @@
+//! Defaulting: the values Kubernetes 1.33 fills in when a client leaves a field unset.
+//!
+//! Mirrors the `SetDefaults_*` functions of `pkg/apis/*/v1/defaults.go` (applied by the API server
+//! on every decode), plus the create-time values the registries and default admission plugins
+//! add that users see in `kubectl get -o yaml`: a Pod's `priority`/`preemptionPolicy`
+//! (Priority admission) and its `node.kubernetes.io/not-ready`/`unreachable` tolerations
+//! (DefaultTolerationSeconds), a Namespace's `spec.finalizers` and `status.phase`. Left out on
+//! purpose: `serviceAccountName` and token volumes (ServiceAccount admission, security issue),
+//! cluster IP allocation (the API server), a Pod's `status` (the API server's PrepareForCreate).
+//!
+//! [`apply_defaults`] is idempotent: it only fills absent fields.
+
+use serde_json::{Map, Value, json};
+
+/// Fills Kubernetes' defaults into `obj` (a whole object) for `(apiVersion, kind)`. Unknown kinds
+/// are left alone.
+pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    match (group, kind) {
+        ("", "Pod") => default_pod(obj),
+        ("", "PodTemplate") => {
+            if let Some(t) = obj.get_mut("template") {
+                default_pod_template(t);
+            }
+        }
+        ("", "ReplicationController") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                set(spec, "replicas", json!(1));
+                if let Some(t) = spec.get_mut("template") {
+                    default_pod_template(t);
+                }
+            }
+        }
+        ("apps", "Deployment") => default_deployment(obj),
+        ("apps", "ReplicaSet") => default_replicas_and_template(obj),
+        ("apps", "StatefulSet") => default_stateful_set(obj),
+        ("apps", "DaemonSet") => default_daemon_set(obj),
+        ("batch", "Job") => default_job(obj),
+        ("batch", "CronJob") => default_cron_job(obj),
+        ("", "Service") => default_service(obj),
+        ("", "Endpoints") => default_endpoints(obj),
+        ("", "Secret") => {
+            if let Some(o) = obj.as_object_mut() {
+                set(o, "type", json!("Opaque"));
+            }
+        }
+        ("", "Namespace") => default_namespace(obj),
+        ("", "Node") => default_node(obj),
+        ("", "PersistentVolumeClaim") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                set(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_binding(obj),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => default_crd(obj),
+        _ => {}
+    }
+}
+
+/// Sets `key` to `value` when absent or `null`.
+fn set(m: &mut Map<String, Value>, key: &str, value: Value) {
+    match m.get(key) {
+        Some(v) if !v.is_null() => {}
+        _ => {
+            m.insert(key.to_string(), value);
+        }
+    }
+}
+
+/// Sets `key` to `value` when absent, `null` or `""`.
+fn set_str(m: &mut Map<String, Value>, key: &str, value: &str) {
+    match m.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        Some(v) if !v.is_null() && !v.is_string() => {}
+        _ => {
+            m.insert(key.to_string(), Value::String(value.to_string()));
+        }
+    }
+}
+
+fn object_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    if !m.get(key).is_some_and(Value::is_object) {
+        m.insert(key.to_string(), Value::Object(Map::new()));
+    }
+    match m.get_mut(key) {
+        Some(Value::Object(o)) => o,
+        _ => unreachable!("inserted an object above"),
+    }
+}
+
+fn each_mut<'a>(m: &'a mut Map<String, Value>, key: &str) -> impl Iterator<Item = &'a mut Map<String, Value>> {
+    m.get_mut(key).and_then(Value::as_array_mut).into_iter().flatten().filter_map(Value::as_object_mut)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pods.
+
+/// The tag of an image reference (`parsers.ParseImageName`): `latest` when neither tag nor digest
+/// is given, `""` for digest-only references.
+pub fn image_tag(image: &str) -> String {
+    let (name, digest) = match image.split_once('@') {
+        Some((n, _)) => (n, true),
+        None => (image, false),
+    };
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag.to_string(),
+        None if digest => String::new(),
+        None => "latest".to_string(),
+    }
+}
+
+fn default_pod(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    // SetDefaults_Pod: requests default to limits.
+    for list in ["containers", "initContainers"] {
+        for c in each_mut(spec, list) {
+            let Some(limits) = c.get("resources").and_then(|r| r.get("limits")).and_then(Value::as_object).cloned()
+            else {
+                continue;
+            };
+            let requests = object_mut(object_mut(c, "resources"), "requests");
+            for (k, v) in limits {
+                requests.entry(k).or_insert(v);
+            }
+        }
+    }
+    set(spec, "enableServiceLinks", json!(true));
+    // Priority admission.
+    set(spec, "priority", json!(0));
+    set_str(spec, "preemptionPolicy", "PreemptLowerPriority");
+    default_pod_spec(spec);
+    // DefaultTolerationSeconds admission.
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if let Some(list) = tolerations.as_array_mut() {
+        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+            let present = list.iter().any(|t| {
+                t.get("key").and_then(Value::as_str) == Some(key)
+                    && matches!(t.get("effect").and_then(Value::as_str), None | Some("") | Some("NoExecute"))
+            });
+            if !present {
+                list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
+}
+
+/// `PodTemplateSpec` defaults: the pod spec's.
+fn default_pod_template(template: &mut Value) {
+    if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
+        default_pod_spec(spec);
+    }
+}
+
+/// `SetDefaults_PodSpec` and the defaults of everything inside a pod spec.
+fn default_pod_spec(spec: &mut Map<String, Value>) {
+    set_str(spec, "dnsPolicy", "ClusterFirst");
+    set_str(spec, "restartPolicy", "Always");
+    set(spec, "securityContext", json!({}));
+    set(spec, "terminationGracePeriodSeconds", json!(30));
+    set_str(spec, "schedulerName", "default-scheduler");
+    let host_network = spec.get("hostNetwork") == Some(&Value::Bool(true));
+    for list in ["containers", "initContainers"] {
+        for c in each_mut(spec, list) {
+            default_container(c, host_network);
+        }
+    }
+    for c in each_mut(spec, "ephemeralContainers") {
+        default_container(c, false);
+    }
+    for v in each_mut(spec, "volumes") {
+        default_volume(v);
+    }
+}
+
+fn default_container(c: &mut Map<String, Value>, host_network: bool) {
+    let tag = image_tag(c.get("image").and_then(Value::as_str).unwrap_or(""));
+    set_str(c, "imagePullPolicy", if tag == "latest" { "Always" } else { "IfNotPresent" });
+    set_str(c, "terminationMessagePath", "/dev/termination-log");
+    set_str(c, "terminationMessagePolicy", "File");
+    for p in each_mut(c, "ports") {
+        set_str(p, "protocol", "TCP");
+        if host_network && let Some(cp) = p.get("containerPort").cloned() {
+            set(p, "hostPort", cp);
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = c.get_mut(probe).and_then(Value::as_object_mut) {
+            set(p, "timeoutSeconds", json!(1));
+            set(p, "periodSeconds", json!(10));
+            set(p, "successThreshold", json!(1));
+            set(p, "failureThreshold", json!(3));
+            default_handler(p);
+        }
+    }
+    if let Some(lc) = c.get_mut("lifecycle").and_then(Value::as_object_mut) {
+        for hook in ["postStart", "preStop"] {
+            if let Some(h) = lc.get_mut(hook).and_then(Value::as_object_mut) {
+                default_handler(h);
+            }
+        }
+    }
+    for env in each_mut(c, "env") {
+        if let Some(fr) = env.get_mut("valueFrom").and_then(|v| v.get_mut("fieldRef")).and_then(Value::as_object_mut) {
+            set_str(fr, "apiVersion", "v1");
+        }
+    }
+}
+
+/// `SetDefaults_HTTPGetAction` inside probes and lifecycle handlers.
+fn default_handler(h: &mut Map<String, Value>) {
+    if let Some(g) = h.get_mut("httpGet").and_then(Value::as_object_mut) {
+        set_str(g, "path", "/");
+        set_str(g, "scheme", "HTTP");
+    }
+}
+
+const DEFAULT_MODE: i64 = 0o644;
+
+fn default_volume(v: &mut Map<String, Value>) {
+    let has_source = v.iter().any(|(k, val)| k != "name" && !val.is_null());
+    if !has_source {
+        v.insert("emptyDir".into(), json!({}));
+    }
+    for src in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(s) = v.get_mut(src).and_then(Value::as_object_mut) {
+            set(s, "defaultMode", json!(DEFAULT_MODE));
+            if src == "projected" {
+                for source in each_mut(s, "sources") {
+                    if let Some(t) = source.get_mut("serviceAccountToken").and_then(Value::as_object_mut) {
+                        set(t, "expirationSeconds", json!(3600));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(h) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
+        set(h, "type", json!(""));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads.
+
+fn default_replicas_and_template(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    set(spec, "replicas", json!(1));
+    if let Some(t) = spec.get_mut("template") {
+        default_pod_template(t);
+    }
+}
+
+fn default_deployment(obj: &mut Value) {
+    default_replicas_and_template(obj);
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let strategy = object_mut(spec, "strategy");
+    set_str(strategy, "type", "RollingUpdate");
+    if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        let ru = object_mut(strategy, "rollingUpdate");
+        set(ru, "maxUnavailable", json!("25%"));
+        set(ru, "maxSurge", json!("25%"));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+    set(spec, "progressDeadlineSeconds", json!(600));
+}
+
+fn default_stateful_set(obj: &mut Value) {
+    default_replicas_and_template(obj);
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    set_str(spec, "podManagementPolicy", "OrderedReady");
+    let us = object_mut(spec, "updateStrategy");
+    set_str(us, "type", "RollingUpdate");
+    if us.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        set(object_mut(us, "rollingUpdate"), "partition", json!(0));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+    let retention = object_mut(spec, "persistentVolumeClaimRetentionPolicy");
+    set_str(retention, "whenDeleted", "Retain");
+    set_str(retention, "whenScaled", "Retain");
+    for pvc in each_mut(spec, "volumeClaimTemplates") {
+        if let Some(s) = pvc.get_mut("spec").and_then(Value::as_object_mut) {
+            set_str(s, "volumeMode", "Filesystem");
+        }
+    }
+}
+
+fn default_daemon_set(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    if let Some(t) = spec.get_mut("template") {
+        default_pod_template(t);
+    }
+    let us = object_mut(spec, "updateStrategy");
+    set_str(us, "type", "RollingUpdate");
+    if us.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+        let ru = object_mut(us, "rollingUpdate");
+        set(ru, "maxUnavailable", json!(1));
+        set(ru, "maxSurge", json!(0));
+    }
+    set(spec, "revisionHistoryLimit", json!(10));
+}
+
+fn default_job_spec(spec: &mut Map<String, Value>) {
+    let completions = spec.get("completions").filter(|v| !v.is_null()).cloned();
+    let parallelism = spec.get("parallelism").filter(|v| !v.is_null()).cloned();
+    match (completions, parallelism) {
+        (None, None) => {
+            spec.insert("completions".into(), json!(1));
+            spec.insert("parallelism".into(), json!(1));
+        }
+        (None, Some(_)) => {}
+        (Some(_), None) => {
+            spec.insert("parallelism".into(), json!(1));
+        }
+        _ => {}
+    }
+    set(spec, "backoffLimit", json!(6));
+    set_str(spec, "completionMode", "NonIndexed");
+    set(spec, "suspend", json!(false));
+    if spec.get("podFailurePolicy").is_none_or(Value::is_null) {
+        set_str(spec, "podReplacementPolicy", "TerminatingOrFailed");
+    }
+    if let Some(t) = spec.get_mut("template") {
+        default_pod_template(t);
+    }
+}
+
+fn default_job(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        default_job_spec(spec);
+    }
+}
+
+fn default_cron_job(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    set_str(spec, "concurrencyPolicy", "Allow");
+    set(spec, "suspend", json!(false));
+    set(spec, "successfulJobsHistoryLimit", json!(3));
+    set(spec, "failedJobsHistoryLimit", json!(1));
+    if let Some(js) = spec.get_mut("jobTemplate").and_then(|t| t.get_mut("spec")).and_then(Value::as_object_mut) {
+        default_job_spec(js);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Services and endpoints.
+
+fn default_service(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    set_str(spec, "sessionAffinity", "None");
+    match spec.get("sessionAffinity").and_then(Value::as_str) {
+        Some("None") => {
+            spec.remove("sessionAffinityConfig");
+        }
+        Some("ClientIP") => {
+            let has_timeout = spec
+                .get("sessionAffinityConfig")
+                .and_then(|c| c.pointer("/clientIP/timeoutSeconds"))
+                .is_some_and(|v| !v.is_null());
+            if !has_timeout {
+                spec.insert("sessionAffinityConfig".into(), json!({"clientIP": {"timeoutSeconds": 10800}}));
+            }
+        }
+        _ => {}
+    }
+    set_str(spec, "type", "ClusterIP");
+    let ty = spec.get("type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+    for p in each_mut(spec, "ports") {
+        set_str(p, "protocol", "TCP");
+        let unset = match p.get("targetPort") {
+            None | Some(Value::Null) => true,
+            Some(Value::Number(n)) => n.as_i64() == Some(0),
+            Some(Value::String(s)) => s.is_empty(),
+            _ => false,
+        };
+        if unset && let Some(port) = p.get("port").cloned() {
+            p.insert("targetPort".into(), port);
+        }
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        set_str(spec, "externalTrafficPolicy", "Cluster");
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" || ty == "ClusterIP" {
+        set_str(spec, "internalTrafficPolicy", "Cluster");
+    }
+    if ty == "LoadBalancer" {
+        set(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+    if ty != "ExternalName" {
+        let headless_without_selector = spec.get("clusterIP").and_then(Value::as_str) == Some("None")
+            && spec.get("selector").and_then(Value::as_object).is_none_or(Map::is_empty);
+        set_str(spec, "ipFamilyPolicy", if headless_without_selector { "RequireDualStack" } else { "SingleStack" });
+        set(spec, "ipFamilies", json!(["IPv4"]));
+    }
+}
+
+fn default_endpoints(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    for subset in each_mut(o, "subsets") {
+        for p in each_mut(subset, "ports") {
+            set_str(p, "protocol", "TCP");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Namespace, Node, RBAC, CRD.
+
+/// `kubernetes.io/metadata.name` label, `status.phase: Active`, and `spec.finalizers:
+/// [kubernetes]` when `spec.finalizers` is absent (create-time: a list emptied by the namespace
+/// controller through `/finalize` stays empty).
+fn default_namespace(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    let name = o.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
+    if !name.is_empty() {
+        let labels = object_mut(object_mut(o, "metadata"), "labels");
+        labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+    }
+    let spec = object_mut(o, "spec");
+    if !spec.contains_key("finalizers") {
+        spec.insert("finalizers".into(), json!(["kubernetes"]));
+    }
+    set_str(object_mut(o, "status"), "phase", "Active");
+}
+
+fn default_node(obj: &mut Value) {
+    let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) else { return };
+    if status.get("allocatable").is_none_or(Value::is_null)
+        && let Some(cap) = status.get("capacity").filter(|c| !c.is_null()).cloned()
+    {
+        status.insert("allocatable".into(), cap);
+    }
+}
+
+fn default_binding(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    if let Some(r) = o.get_mut("roleRef").and_then(Value::as_object_mut) {
+        set_str(r, "apiGroup", "rbac.authorization.k8s.io");
+    }
+    for s in each_mut(o, "subjects") {
+        let kind = s.get("kind").and_then(Value::as_str).unwrap_or("");
+        if kind == "User" || kind == "Group" {
+            set_str(s, "apiGroup", "rbac.authorization.k8s.io");
+        }
+    }
+}
+
+fn default_crd(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut) {
+        let kind = names.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        if !kind.is_empty() {
+            set_str(names, "singular", &kind.to_lowercase());
+            set_str(names, "listKind", &format!("{kind}List"));
+        }
+    }
+    set(spec, "conversion", json!({"strategy": "None"}));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Defaults `obj` and checks each `(JSON pointer, value)` pair.
+    fn check(api_version: &str, kind: &str, mut obj: Value, want: &[(&str, Value)]) -> Value {
+        apply_defaults(api_version, kind, &mut obj);
+        for (pointer, value) in want {
+            assert_eq!(obj.pointer(pointer), Some(value), "{pointer} in {obj}");
+        }
+        // Idempotent.
+        let again = {
+            let mut o = obj.clone();
+            apply_defaults(api_version, kind, &mut o);
+            o
+        };
+        assert_eq!(again, obj);
+        obj
+    }
+
+    #[test]
+    fn pods_get_kubernetes_defaults() {
+        let obj = check(
+            "v1",
+            "Pod",
+            json!({"spec": {"containers": [
+                {"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+                 "livenessProbe": {"httpGet": {"port": 80}}, "resources": {"limits": {"cpu": "1"}}},
+                {"name": "b", "image": "nginx:1.25"},
+                {"name": "c", "image": "registry:5000/app"},
+                {"name": "d", "image": "nginx@sha256:abc"}
+            ], "volumes": [{"name": "v"}, {"name": "s", "secret": {"secretName": "x"}}]}}),
+            &[
+                ("/spec/restartPolicy", json!("Always")),
+                ("/spec/terminationGracePeriodSeconds", json!(30)),
+                ("/spec/dnsPolicy", json!("ClusterFirst")),
+                ("/spec/schedulerName", json!("default-scheduler")),
+                ("/spec/securityContext", json!({})),
+                ("/spec/enableServiceLinks", json!(true)),
+                ("/spec/preemptionPolicy", json!("PreemptLowerPriority")),
+                ("/spec/priority", json!(0)),
+                ("/spec/containers/0/imagePullPolicy", json!("Always")),
+                ("/spec/containers/1/imagePullPolicy", json!("IfNotPresent")),
+                ("/spec/containers/2/imagePullPolicy", json!("Always")),
+                ("/spec/containers/3/imagePullPolicy", json!("IfNotPresent")),
+                ("/spec/containers/0/terminationMessagePath", json!("/dev/termination-log")),
+                ("/spec/containers/0/terminationMessagePolicy", json!("File")),
+                ("/spec/containers/0/ports/0/protocol", json!("TCP")),
+                ("/spec/containers/0/resources/requests/cpu", json!("1")),
+                ("/spec/containers/0/livenessProbe/timeoutSeconds", json!(1)),
+                ("/spec/containers/0/livenessProbe/periodSeconds", json!(10)),
+                ("/spec/containers/0/livenessProbe/successThreshold", json!(1)),
+                ("/spec/containers/0/livenessProbe/failureThreshold", json!(3)),
+                ("/spec/containers/0/livenessProbe/httpGet/scheme", json!("HTTP")),
+                ("/spec/containers/0/livenessProbe/httpGet/path", json!("/")),
+                ("/spec/volumes/0/emptyDir", json!({})),
+                ("/spec/volumes/1/secret/defaultMode", json!(420)),
+            ],
+        );
+        let tolerations = obj.pointer("/spec/tolerations").unwrap().as_array().unwrap();
+        assert_eq!(tolerations.len(), 2);
+        assert_eq!(tolerations[0]["key"], "node.kubernetes.io/not-ready");
+        assert_eq!(tolerations[0]["tolerationSeconds"], 300);
+    }
+
+    #[test]
+    fn explicit_values_are_kept() {
+        check(
+            "v1",
+            "Pod",
+            json!({"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "containers": [{"name": "a", "image": "x:latest", "imagePullPolicy": "Never"}]}}),
+            &[
+                ("/spec/restartPolicy", json!("Never")),
+                ("/spec/terminationGracePeriodSeconds", json!(5)),
+                ("/spec/containers/0/imagePullPolicy", json!("Never")),
+            ],
+        );
+    }
+
+    #[test]
+    fn deployments_default_strategy_limits_and_their_pod_template() {
+        let obj = check(
+            "apps/v1",
+            "Deployment",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "nginx"}]}}}}),
+            &[
+                ("/spec/replicas", json!(1)),
+                (
+                    "/spec/strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+                ),
+                ("/spec/revisionHistoryLimit", json!(10)),
+                ("/spec/progressDeadlineSeconds", json!(600)),
+                ("/spec/template/spec/restartPolicy", json!("Always")),
+                ("/spec/template/spec/containers/0/imagePullPolicy", json!("Always")),
+            ],
+        );
+        // Pod-only defaults do not go into templates.
+        assert_eq!(obj.pointer("/spec/template/spec/enableServiceLinks"), None);
+        assert_eq!(obj.pointer("/spec/template/spec/tolerations"), None);
+        check(
+            "apps/v1",
+            "Deployment",
+            json!({"spec": {"strategy": {"type": "Recreate"}}}),
+            &[("/spec/strategy", json!({"type": "Recreate"}))],
+        );
+    }
+
+    #[test]
+    fn services_default_type_ports_and_policies() {
+        check(
+            "v1",
+            "Service",
+            json!({"spec": {"selector": {"app": "web"}, "ports": [{"port": 80}, {"port": 443, "targetPort": "https"}]}}),
+            &[
+                ("/spec/type", json!("ClusterIP")),
+                ("/spec/sessionAffinity", json!("None")),
+                ("/spec/ports/0/protocol", json!("TCP")),
+                ("/spec/ports/0/targetPort", json!(80)),
+                ("/spec/ports/1/targetPort", json!("https")),
+                ("/spec/ipFamilyPolicy", json!("SingleStack")),
+                ("/spec/ipFamilies", json!(["IPv4"])),
+                ("/spec/internalTrafficPolicy", json!("Cluster")),
+            ],
+        );
+        check(
+            "v1",
+            "Service",
+            json!({"spec": {"type": "NodePort", "sessionAffinity": "ClientIP", "ports": [{"port": 80}]}}),
+            &[
+                ("/spec/externalTrafficPolicy", json!("Cluster")),
+                ("/spec/sessionAffinityConfig/clientIP/timeoutSeconds", json!(10800)),
+            ],
+        );
+    }
+
+    #[test]
+    fn secrets_namespaces_and_bindings_get_defaults() {
+        check("v1", "Secret", json!({}), &[("/type", json!("Opaque"))]);
+        check(
+            "v1",
+            "Namespace",
+            json!({"metadata": {"name": "team"}}),
+            &[
+                ("/spec/finalizers", json!(["kubernetes"])),
+                ("/status/phase", json!("Active")),
+                ("/metadata/labels/kubernetes.io~1metadata.name", json!("team")),
+            ],
+        );
+        check(
+            "v1",
+            "Namespace",
+            json!({"metadata": {"name": "t"}, "spec": {"finalizers": []}}),
+            &[("/spec/finalizers", json!([]))],
+        );
+        check(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            json!({"roleRef": {"kind": "Role", "name": "r"}, "subjects": [{"kind": "User", "name": "u"}, {"kind": "ServiceAccount", "name": "s"}]}),
+            &[
+                ("/roleRef/apiGroup", json!("rbac.authorization.k8s.io")),
+                ("/subjects/0/apiGroup", json!("rbac.authorization.k8s.io")),
+            ],
+        );
+    }
+
+    #[test]
+    fn other_workloads_get_their_defaults() {
+        check("apps/v1", "ReplicaSet", json!({"spec": {}}), &[("/spec/replicas", json!(1))]);
+        check(
+            "apps/v1",
+            "StatefulSet",
+            json!({"spec": {}}),
+            &[
+                ("/spec/podManagementPolicy", json!("OrderedReady")),
+                ("/spec/updateStrategy/rollingUpdate/partition", json!(0)),
+            ],
+        );
+        check(
+            "apps/v1",
+            "DaemonSet",
+            json!({"spec": {}}),
+            &[("/spec/updateStrategy/rollingUpdate/maxUnavailable", json!(1))],
+        );
+        check(
+            "batch/v1",
+            "Job",
+            json!({"spec": {}}),
+            &[("/spec/completions", json!(1)), ("/spec/parallelism", json!(1)), ("/spec/backoffLimit", json!(6))],
+        );
+        check(
+            "batch/v1",
+            "CronJob",
+            json!({"spec": {"jobTemplate": {"spec": {}}}}),
+            &[("/spec/successfulJobsHistoryLimit", json!(3)), ("/spec/jobTemplate/spec/backoffLimit", json!(6))],
+        );
+    }
+
+    #[test]
+    fn image_tags_parse_like_kubernetes() {
+        let cases = [
+            ("nginx", "latest"),
+            ("nginx:1.25", "1.25"),
+            ("localhost:5000/app", "latest"),
+            ("localhost:5000/app:v2", "v2"),
+            ("app@sha256:0123", ""),
+            ("app:v1@sha256:0123", "v1"),
+        ];
+        for (image, tag) in cases {
+            assert_eq!(image_tag(image), tag, "{image}");
+        }
+    }
+}

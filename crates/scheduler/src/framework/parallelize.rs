@@ -1,0 +1,119 @@
+//! `Parallelizer`: runs per-node work on a fixed pool of `parallelism` workers
+//! (`framework/parallelize`), the calling thread being one of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fixed-size worker pool for per-node work. `parallelism` 1 runs everything inline.
+#[derive(Clone)]
+pub struct Parallelizer {
+    pool: Option<Arc<rayon::ThreadPool>>,
+    parallelism: usize,
+}
+
+impl std::fmt::Debug for Parallelizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parallelizer").field("parallelism", &self.parallelism).finish()
+    }
+}
+
+/// Chunk size for `pieces` items: about sqrt(pieces), but small enough that every worker gets
+/// work (`chunkSizeFor`).
+fn chunk_size(pieces: usize, parallelism: usize) -> usize {
+    let s = (pieces as f64).sqrt() as usize;
+    let per_worker = pieces / parallelism.max(1) + 1;
+    s.min(per_worker).max(1)
+}
+
+impl Parallelizer {
+    /// A pool of `parallelism` workers (at least 1). If the pool cannot be created the work runs
+    /// inline.
+    pub fn new(parallelism: usize) -> Self {
+        let parallelism = parallelism.max(1);
+        let pool = if parallelism > 1 {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(parallelism - 1)
+                .thread_name(|i| format!("sched-worker-{i}"))
+                .build()
+                .ok()
+                .map(Arc::new)
+        } else {
+            None
+        };
+        Self { pool, parallelism }
+    }
+
+    /// The number of workers.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// Calls `f(i)` for every `i` in `0..pieces`, spread over the workers. Returns when all are
+    /// done. `f` can stop early by ignoring further calls (e.g. after enough feasible nodes).
+    pub fn until(&self, pieces: usize, f: impl Fn(usize) + Sync) {
+        if pieces == 0 {
+            return;
+        }
+        let chunk = chunk_size(pieces, self.parallelism);
+        let next = AtomicUsize::new(0);
+        let work = || {
+            loop {
+                let start = next.fetch_add(chunk, Ordering::Relaxed);
+                if start >= pieces {
+                    break;
+                }
+                for i in start..(start + chunk).min(pieces) {
+                    f(i);
+                }
+            }
+        };
+        match &self.pool {
+            Some(pool) if pieces > chunk => {
+                let workers = self.parallelism.min(pieces.div_ceil(chunk));
+                pool.in_place_scope(|s| {
+                    for _ in 1..workers {
+                        s.spawn(|_| work());
+                    }
+                    work();
+                });
+            }
+            _ => work(),
+        }
+    }
+
+    /// Maps `f` over `0..pieces` in parallel; results come back in index order.
+    pub fn map<T: Send>(&self, pieces: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        let slots: Vec<parking_lot::Mutex<Option<T>>> = (0..pieces).map(|_| parking_lot::Mutex::new(None)).collect();
+        self.until(pieces, |i| {
+            *slots[i].lock() = Some(f(i));
+        });
+        slots.into_iter().filter_map(|m| m.into_inner()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn until_visits_every_index_exactly_once() {
+        for p in [1, 2, 4] {
+            let par = Parallelizer::new(p);
+            let sum = AtomicU64::new(0);
+            let count = AtomicU64::new(0);
+            par.until(1000, |i| {
+                sum.fetch_add(i as u64, Ordering::Relaxed);
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+            assert_eq!(count.load(Ordering::Relaxed), 1000);
+            assert_eq!(sum.load(Ordering::Relaxed), 999 * 1000 / 2);
+        }
+    }
+
+    #[test]
+    fn map_returns_results_in_index_order() {
+        let par = Parallelizer::new(3);
+        assert_eq!(par.map(50, |i| i * 2), (0..50).map(|i| i * 2).collect::<Vec<_>>());
+    }
+}

@@ -1,1 +1,347 @@
-//! placeholder
+//! skiff's Kubernetes REST API server: the only gateway to the store.
+//!
+//! Real clients (kubectl, client-go, the Python client, kube-rs) talk to it unmodified over
+//! HTTPS (HTTP/1.1 and HTTP/2). Code map:
+//!
+//! - [`pki`]: cluster CA, serving and admin certificates, kubeconfig.
+//! - [`auth`]: the authentication seam ([`auth::RequestUser`]).
+//! - [`registry`]: the table of served resources; [`discovery`] renders it.
+//! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
+//!   metrics, discovery roots.
+//! - [`objects`]: Kubernetes object semantics over the store (the generic registry);
+//!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields).
+//! - [`watchcache`] and [`watch`]: one store watch per resource, fanned out to watchers.
+//! - [`table`]: server-side printing; [`machinery`]: the seam to `skiff-apimachinery`.
+//! - [`metrics`]: Prometheus metrics.
+//!
+//! [`ApiServer::start`] wires it all together and serves until [`ApiServer::shutdown`].
+
+pub mod auth;
+pub mod convert;
+pub mod discovery;
+pub mod machinery;
+pub mod metrics;
+pub mod nonresource;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
+pub mod pki;
+pub mod registry;
+pub mod rest;
+pub mod schema;
+pub mod subresources;
+pub mod table;
+pub mod util;
+pub mod watch;
+pub mod watchcache;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::Request;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use skiff_apimachinery::ApiError;
+use skiff_store::Backend;
+use tokio::net::TcpListener;
+use tokio::sync::watch as tokio_watch;
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+
+use crate::auth::{Authenticator, CertificateAuthenticator, PeerIdentity};
+use crate::metrics::Metrics;
+use crate::objects::Objects;
+use crate::registry::{Registry, ResourceDef};
+use crate::watchcache::WatchCache;
+
+/// Events kept per resource for resuming watches.
+pub const WATCH_CACHE_EVENTS: usize = 4096;
+/// Messages a watcher may fall behind before its stream is ended.
+pub const WATCHER_BACKLOG: usize = 1024;
+/// The namespaces every cluster has.
+pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Shared state of every request handler.
+pub struct AppState {
+    /// Served resources.
+    pub registry: Registry,
+    /// The generic object store.
+    pub objects: Objects,
+    /// Watch caches by storage segment (`ResourceDef::storage`).
+    pub caches: HashMap<String, Arc<WatchCache>>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Flips to `true` when the server shuts down (watches end).
+    pub shutdown: tokio_watch::Receiver<bool>,
+    /// `host:port` advertised in `/api`.
+    pub server_address: String,
+    /// Who a request comes from.
+    pub authenticator: Arc<dyn Authenticator>,
+}
+
+impl AppState {
+    /// The watch cache of a resource.
+    pub fn cache(&self, def: &ResourceDef) -> Result<&Arc<WatchCache>, ApiError> {
+        self.caches.get(def.storage).ok_or_else(|| ApiError::internal(format!("no watch cache for {}", def.resource)))
+    }
+}
+
+/// How to run the API server.
+#[derive(Clone)]
+pub struct Config {
+    /// Data directory; certificates live in `<data_dir>/tls`.
+    pub data_dir: PathBuf,
+    /// Address to listen on (`0.0.0.0` = all IPv4 addresses).
+    pub bind_address: IpAddr,
+    /// HTTPS port; 0 picks a free one.
+    pub port: u16,
+    /// Where to write the admin kubeconfig (`None`: `<data_dir>/kubeconfig.yaml`).
+    pub kubeconfig_path: Option<PathBuf>,
+    /// Extra subject alternative names for the serving certificate.
+    pub extra_sans: Vec<String>,
+    /// Authenticator (`None`: client certificates only).
+    pub authenticator: Option<Arc<dyn Authenticator>>,
+}
+
+impl Config {
+    /// Defaults for a data directory: all addresses, port 6443.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            bind_address: IpAddr::from([0, 0, 0, 0]),
+            port: 6443,
+            kubeconfig_path: None,
+            extra_sans: Vec::new(),
+            authenticator: None,
+        }
+    }
+}
+
+/// A running API server.
+pub struct ApiServer {
+    state: Arc<AppState>,
+    local_addr: SocketAddr,
+    pki: pki::Pki,
+    kubeconfig_path: PathBuf,
+    url: String,
+    shutdown_tx: tokio_watch::Sender<bool>,
+    server_task: JoinHandle<()>,
+    cache_tasks: Vec<JoinHandle<()>>,
+}
+
+fn tls_config(pki: &pki::Pki) -> Result<rustls::ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pki.ca.cert_pem.as_bytes()) {
+        roots.add(c.context("parsing ca.crt")?).context("adding the CA to the trust store")?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.serving.cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .context("parsing serving.crt")?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving.key_pem.as_bytes()).context("parsing serving.key")?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .context("loading the serving certificate")?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+async fn fallback(State(state): State<Arc<AppState>>, req: Request<axum::body::Body>) -> axum::response::Response {
+    rest::handle(state, req).await
+}
+
+async fn bootstrap_namespaces(state: &AppState) -> Result<()> {
+    let def = state.registry.get("", "v1", "namespaces").context("namespaces are not registered")?.clone();
+    for ns in SYSTEM_NAMESPACES {
+        let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        match state.objects.create(&def, "", obj, None, &objects::WriteOptions::default()).await {
+            Ok(_) => tracing::info!(namespace = ns, "created namespace"),
+            Err(e) if e.code == 409 => {}
+            Err(e) => anyhow::bail!("creating namespace {ns}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+impl ApiServer {
+    /// Loads or generates the PKI, writes the kubeconfig, starts the watch caches, creates the
+    /// system namespaces and starts serving HTTPS. Returns once the listener is bound; use
+    /// [`ApiServer::wait_ready`] to wait for the caches.
+    pub async fn start(config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
+        let mut sans = pki::host_sans();
+        if !config.bind_address.is_unspecified() {
+            sans.push(config.bind_address.to_string());
+        }
+        sans.extend(config.extra_sans.iter().cloned());
+        let mut seen = std::collections::HashSet::new();
+        sans.retain(|s| seen.insert(s.clone()));
+        let pki = pki::Pki::load_or_generate(&config.data_dir.join("tls"), &sans)?;
+        let tls = Arc::new(tls_config(&pki)?);
+
+        let listener = TcpListener::bind((config.bind_address, config.port))
+            .await
+            .with_context(|| format!("binding {}:{}", config.bind_address, config.port))?;
+        let local_addr = listener.local_addr()?;
+        let client_host = if config.bind_address.is_unspecified() || config.bind_address.is_loopback() {
+            "127.0.0.1".to_string()
+        } else {
+            match config.bind_address {
+                IpAddr::V6(v6) => format!("[{v6}]"),
+                IpAddr::V4(v4) => v4.to_string(),
+            }
+        };
+        let url = format!("https://{client_host}:{}", local_addr.port());
+        let kubeconfig_path = config.kubeconfig_path.clone().unwrap_or_else(|| config.data_dir.join("kubeconfig.yaml"));
+        pki.write_kubeconfig(&kubeconfig_path, &url)?;
+
+        let metrics = Arc::new(Metrics::default());
+        let registry = Registry::default();
+        let mut caches = HashMap::new();
+        let mut cache_tasks = Vec::new();
+        for def in registry.all() {
+            if caches.contains_key(def.storage) {
+                continue;
+            }
+            let cache = WatchCache::new(def.prefix(), WATCH_CACHE_EVENTS, WATCHER_BACKLOG);
+            cache_tasks.push(tokio::spawn(cache.clone().run(store.clone())));
+            caches.insert(def.storage.to_string(), cache);
+        }
+        let (shutdown_tx, shutdown_rx) = tokio_watch::channel(false);
+        let state = Arc::new(AppState {
+            registry,
+            objects: Objects { store: store.clone(), metrics: metrics.clone() },
+            caches,
+            metrics,
+            shutdown: shutdown_rx.clone(),
+            server_address: format!("{client_host}:{}", local_addr.port()),
+            authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
+        });
+        bootstrap_namespaces(&state).await?;
+
+        let router = axum::Router::new().fallback(fallback).with_state(state.clone());
+        let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
+        tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
+        Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The URL clients on this host use (`https://127.0.0.1:<port>`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Path of the admin kubeconfig.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// The cluster PKI.
+    pub fn pki(&self) -> &pki::Pki {
+        &self.pki
+    }
+
+    /// Shared handler state (registry, object store, caches, metrics).
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// True when the store answers and every watch cache has loaded.
+    pub fn is_ready(&self) -> bool {
+        self.state.caches.values().all(|c| c.is_ready())
+    }
+
+    /// Waits until [`ApiServer::is_ready`].
+    pub async fn wait_ready(&self) {
+        while !self.is_ready() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A `kube::Client` authenticated as `system:admin` over loopback HTTPS, for in-process
+    /// components (controllers, scheduler, kubelet).
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.pki.kubeconfig(&self.url))?;
+        let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// Graceful shutdown: stop accepting, end watches, let in-flight requests finish (up to
+    /// `grace`), then stop the caches.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.shutdown_tx.send(true);
+        if tokio::time::timeout(grace, self.server_task).await.is_err() {
+            tracing::warn!("in-flight requests did not finish within {grace:?}");
+        }
+        for t in self.cache_tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: axum::Router,
+    mut shutdown: tokio_watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (tcp, peer_addr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer_addr, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let identity = PeerIdentity(
+                tls.get_ref().1.peer_certificates().and_then(|certs| certs.first()).and_then(|c| pki::cert_user(c)),
+            );
+            let svc = router.map_request(move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(identity.clone());
+                req
+            });
+            let svc = hyper_util::service::TowerToHyperService::new(svc);
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc);
+            if let Err(e) = watcher.watch(conn.into_owned()).await {
+                tracing::debug!(%peer_addr, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}

@@ -1,10 +1,208 @@
 //! `skiff server`: the control plane and a local node in one process.
+//!
+//! Opens the store (embedded SQLite under the data directory, or etcd with
+//! `--datastore-endpoint`), starts the API server ([`skiff_apiserver::ApiServer`]) and, once it
+//! is ready, every in-process component from [`components`] with its own `kube::Client`. SIGTERM
+//! or SIGINT shuts down gracefully: components stop, watches end, in-flight requests finish.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::future::BoxFuture;
+use skiff_apiserver::{ApiServer, Config};
+use skiff_store::Backend;
 
 /// Flags of `skiff server` (names as k3s users know them).
-#[derive(clap::Args, Debug)]
-pub struct ServerArgs {}
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Directory for the database, certificates and kubeconfig (default: /var/lib/skiff for
+    /// root, else $XDG_DATA_HOME/skiff or ~/.local/share/skiff).
+    #[arg(long, short = 'd', env = "SKIFF_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// HTTPS port of the API server.
+    #[arg(long, default_value_t = 6443)]
+    pub https_listen_port: u16,
+    /// Address the API server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+    /// etcd endpoints (comma-separated `http(s)://host:port`); default: embedded SQLite at
+    /// DATA_DIR/db/state.db.
+    #[arg(long, env = "SKIFF_DATASTORE_ENDPOINT")]
+    pub datastore_endpoint: Option<String>,
+    /// Where to write the admin kubeconfig (default DATA_DIR/kubeconfig.yaml), mode 0600.
+    #[arg(long, env = "SKIFF_KUBECONFIG_OUTPUT")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Run only the control plane: no local node (kubelet).
+    #[arg(long)]
+    pub disable_agent: bool,
+    /// Register N simulated nodes (no containers) for scheduling experiments.
+    #[arg(long, default_value_t = 0)]
+    pub simulated_nodes: u32,
+    /// Extra subject alternative names (host names or IPs) for the serving certificate.
+    #[arg(long = "tls-san")]
+    pub tls_san: Vec<String>,
+    /// How often the store is compacted (kube-apiserver's flag), e.g. `5m`, `30s`; `0`
+    /// disables compaction.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub etcd_compaction_interval: Duration,
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The default data directory: `/var/lib/skiff` for root, else the XDG data directory.
+pub fn default_data_dir() -> PathBuf {
+    if rustix::process::geteuid().is_root() {
+        return PathBuf::from("/var/lib/skiff");
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return PathBuf::from(x).join("skiff");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/share/skiff"),
+        None => PathBuf::from(".skiff"),
+    }
+}
+
+/// What an in-process component gets: an admin client and the server's flags.
+#[derive(Clone)]
+#[allow(dead_code)] // Read by the components once they are wired into `components`.
+pub struct ComponentContext {
+    /// A client authenticated as `system:admin` over loopback HTTPS.
+    pub client: kube::Client,
+    /// The server's flags (e.g. `--simulated-nodes`, `--disable-agent`).
+    pub args: ServerArgs,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Flips to `true` on shutdown; components should return soon after.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// A component run inside `skiff server` once the API server is ready.
+pub type Component = Box<dyn FnOnce(ComponentContext) -> BoxFuture<'static, Result<()>> + Send>;
+
+/// The components `skiff server` runs (controllers, scheduler, kubelet), by name. The API
+/// server is not one of them: it runs first and the others are its clients.
+pub fn components(_args: &ServerArgs) -> Vec<(&'static str, Component)> {
+    // Wired by the controller, scheduler and kubelet work, e.g.
+    // `("scheduler", Box::new(|ctx| Box::pin(skiff_scheduler::run(ctx.client, ctx.shutdown))))`.
+    Vec::new()
+}
+
+async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc<dyn Backend>> {
+    let opts = skiff_store::Options {
+        compaction_interval: (!args.etcd_compaction_interval.is_zero()).then_some(args.etcd_compaction_interval),
+        ..Default::default()
+    };
+    match &args.datastore_endpoint {
+        Some(list) if !list.trim().is_empty() => {
+            let cfg = skiff_store::etcd::EtcdConfig::from_endpoint_list(list)?;
+            let backend = skiff_store::etcd::EtcdBackend::connect(cfg, opts)
+                .await
+                .with_context(|| format!("connecting to etcd at {list}"))?;
+            Ok(Arc::new(backend))
+        }
+        _ => {
+            let dir = data_dir.join("db");
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join("state.db");
+            let backend = tokio::task::spawn_blocking(move || skiff_store::sqlite::SqliteBackend::open(&path, opts))
+                .await?
+                .context("opening the embedded datastore")?;
+            Ok(Arc::new(backend))
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
 
 /// Runs the server until SIGTERM/SIGINT.
-pub async fn run(_args: ServerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("skiff server is not implemented yet")
+pub async fn run(args: ServerArgs) -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let started = std::time::Instant::now();
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let store = open_store(&args, &data_dir).await?;
+    let mut config = Config::new(&data_dir);
+    config.bind_address = args.bind_address;
+    config.port = args.https_listen_port;
+    config.kubeconfig_path = args.write_kubeconfig.clone();
+    config.extra_sans = args.tls_san.clone();
+    let api = ApiServer::start(config, store).await?;
+    api.wait_ready().await;
+    tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, url = api.url(), "API server ready");
+    eprintln!("skiff server is ready at {}\nexport KUBECONFIG={}", api.url(), api.kubeconfig_path().display());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for (name, component) in components(&args) {
+        let ctx = ComponentContext {
+            client: api.client().await.with_context(|| format!("building the client of {name}"))?,
+            args: args.clone(),
+            data_dir: data_dir.clone(),
+            shutdown: stop_rx.clone(),
+        };
+        tasks.push((
+            name,
+            tokio::spawn(async move {
+                if let Err(e) = component(ctx).await {
+                    tracing::error!(component = name, error = %format!("{e:#}"), "component failed");
+                }
+            }),
+        ));
+    }
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    for (name, t) in tasks {
+        if tokio::time::timeout(Duration::from_secs(5), t).await.is_err() {
+            tracing::warn!(component = name, "did not stop within 5s");
+        }
+    }
+    api.shutdown(Duration::from_secs(10)).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("5y").is_err());
+    }
 }

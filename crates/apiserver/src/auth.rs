@@ -1,0 +1,52 @@
+//! Authentication seam: who is making a request.
+//!
+//! The TLS layer verifies client certificates against the cluster CA and attaches the
+//! certificate's identity ([`PeerIdentity`]) to every request of the connection; an
+//! [`Authenticator`] then turns a request into a [`RequestUser`] (X.509 CN → user, O → groups,
+//! as <https://kubernetes.io/docs/reference/access-authn-authz/authentication/#x509-client-certificates>).
+//! Token authenticators and authorization plug in here (the security issue).
+
+use axum::http::request::Parts;
+
+/// The authenticated user of a request (`user.Info`), available to handlers as a request
+/// extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestUser {
+    /// User name, e.g. `system:admin`.
+    pub name: String,
+    /// Groups, always including `system:authenticated`.
+    pub groups: Vec<String>,
+}
+
+/// The identity of the verified client certificate of a TLS connection, if it presented one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerIdentity(pub Option<(String, Vec<String>)>);
+
+/// Decides who a request comes from. `None` means unauthenticated (401 outside the public paths).
+pub trait Authenticator: Send + Sync + 'static {
+    /// Authenticates one request from its head and the connection's certificate identity.
+    fn authenticate(&self, parts: &Parts, peer: &PeerIdentity) -> Option<RequestUser>;
+}
+
+/// Client certificates only: bearer tokens are not accepted until a token authenticator exists.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CertificateAuthenticator;
+
+impl Authenticator for CertificateAuthenticator {
+    fn authenticate(&self, _parts: &Parts, peer: &PeerIdentity) -> Option<RequestUser> {
+        let (name, groups) = peer.0.clone()?;
+        let mut groups = groups;
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        Some(RequestUser { name, groups })
+    }
+}
+
+/// Paths served without authentication (kube-apiserver's `system:public-info-viewer`).
+pub fn is_public_path(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version" | "/version/")
+        || path.starts_with("/healthz/")
+        || path.starts_with("/livez/")
+        || path.starts_with("/readyz/")
+}

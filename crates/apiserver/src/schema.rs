@@ -1,0 +1,183 @@
+//! Typed decoding: every built-in kind round-trips through its k8s-openapi type, which rejects
+//! malformed fields (400), drops unknown ones and yields the canonical field order. Comparing
+//! the request's fields with the round-tripped ones finds unknown fields, and a pass over the
+//! raw bytes finds duplicate ones, for `fieldValidation=Strict|Warn`
+//! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>).
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use serde::Serialize;
+use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, String> {
+    let typed: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(&typed).map_err(|e| e.to_string())
+}
+
+/// Round-trips `obj` through the k8s-openapi type of `api_version`/`kind`. `None` when skiff has
+/// no type for it (the object is then taken as is); `Some(Err(reason))` when it does not decode.
+pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> {
+    use k8s_openapi::api::{apps, autoscaling, coordination, core, events, policy, rbac};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+    Some(match (api_version, kind) {
+        ("v1", "Namespace") => round_trip::<core::v1::Namespace>(obj),
+        ("v1", "Pod") => round_trip::<core::v1::Pod>(obj),
+        ("v1", "Node") => round_trip::<core::v1::Node>(obj),
+        ("v1", "Service") => round_trip::<core::v1::Service>(obj),
+        ("v1", "Endpoints") => round_trip::<core::v1::Endpoints>(obj),
+        ("v1", "ConfigMap") => round_trip::<core::v1::ConfigMap>(obj),
+        ("v1", "Secret") => round_trip::<core::v1::Secret>(obj),
+        ("v1", "ServiceAccount") => round_trip::<core::v1::ServiceAccount>(obj),
+        ("v1", "Event") => round_trip::<core::v1::Event>(obj),
+        ("v1", "Binding") => round_trip::<core::v1::Binding>(obj),
+        ("events.k8s.io/v1", "Event") => round_trip::<events::v1::Event>(obj),
+        ("apps/v1", "Deployment") => round_trip::<apps::v1::Deployment>(obj),
+        ("apps/v1", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>(obj),
+        ("autoscaling/v1", "Scale") => round_trip::<autoscaling::v1::Scale>(obj),
+        ("policy/v1", "Eviction") => round_trip::<policy::v1::Eviction>(obj),
+        ("coordination.k8s.io/v1", "Lease") => round_trip::<coordination::v1::Lease>(obj),
+        ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<rbac::v1::Role>(obj),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<rbac::v1::RoleBinding>(obj),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<rbac::v1::ClusterRole>(obj),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => round_trip::<rbac::v1::ClusterRoleBinding>(obj),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            round_trip::<apiextensions::v1::CustomResourceDefinition>(obj)
+        }
+        _ => return None,
+    })
+}
+
+/// Paths (`spec.containers[0].foo`) of fields present in `input` but not in `typed`. Null
+/// values are not reported (they decode to "unset").
+pub fn unknown_fields(input: &Value, typed: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff(input, typed, "", &mut out);
+    out
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+}
+
+fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                if v.is_null() {
+                    continue;
+                }
+                match b.get(k) {
+                    None => out.push(join(path, k)),
+                    Some(t) => diff(v, t, &join(path, k), out),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+                diff(x, y, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Paths of keys that appear twice in one JSON object of `raw` (which must be valid JSON).
+pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
+    let dups = RefCell::new(Vec::new());
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let _ = Walk { path: String::new(), dups: &dups }.deserialize(&mut de);
+    dups.into_inner()
+}
+
+struct Walk<'a> {
+    path: String,
+    dups: &'a RefCell<Vec<String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while seq.next_element_seed(Walk { path: format!("{}[{i}]", self.path), dups: self.dups })?.is_some() {
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let p = join(&self.path, &k);
+            if !seen.insert(k) {
+                self.dups.borrow_mut().push(p.clone());
+            }
+            map.next_value_seed(Walk { path: p, dups: self.dups })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_are_reported_with_their_paths() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "bogus": 1},
+            "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolicyX": "Always"}]}});
+        let typed = normalize("v1", "Pod", &pod).unwrap().unwrap();
+        assert_eq!(unknown_fields(&pod, &typed), vec!["metadata.bogus", "spec.containers[0].imagePullPolicyX"]);
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_does_not_decode() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": "three"}});
+        assert!(normalize("apps/v1", "Deployment", &d).unwrap().is_err());
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_at_any_depth() {
+        let raw = br#"{"metadata": {"name": "a", "name": "b"}, "spec": {"x": [{"k": 1, "k": 2}]}}"#;
+        assert_eq!(duplicate_fields(raw), vec!["metadata.name", "spec.x[0].k"]);
+    }
+
+    #[test]
+    fn labels_and_data_maps_are_never_unknown() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"a": "b"}}, "data": {"k": "v"}});
+        let typed = normalize("v1", "ConfigMap", &cm).unwrap().unwrap();
+        assert!(unknown_fields(&cm, &typed).is_empty());
+    }
+}

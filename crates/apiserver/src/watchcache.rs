@@ -1,0 +1,304 @@
+//! The watch cache: one per storage prefix (resource), fed by a single store watch.
+//!
+//! Like kube-apiserver's `Cacher` (`staging/src/k8s.io/apiserver/pkg/storage/cacher`), it keeps
+//! the current objects (for lists at `resourceVersion=0` and initial watch events) and a ring of
+//! recent events (to resume watches from a recent resourceVersion), and fans events out to any
+//! number of watchers through one bounded broadcast channel. A watcher that falls more than the
+//! channel's capacity behind is told so ([`Recv::Lagged`]) and its stream is ended cleanly; the
+//! client resumes from the last resourceVersion it saw, which the ring still holds.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use skiff_store::{Backend, EventType, RangeRequest, Revision, WatchResponse};
+use tokio::sync::broadcast;
+
+use crate::util::set_resource_version;
+
+/// The type of a cached event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The key was created.
+    Added,
+    /// The key was updated.
+    Modified,
+    /// The key was deleted.
+    Deleted,
+}
+
+/// One change, decoded once and shared by every watcher.
+#[derive(Debug)]
+pub struct CacheEvent {
+    /// Added, Modified or Deleted.
+    pub kind: EventKind,
+    /// The store key.
+    pub key: String,
+    /// The store revision of the change.
+    pub revision: Revision,
+    /// The object after the change (for a delete: the last state), with `resourceVersion` set
+    /// to `revision`.
+    pub object: Arc<Value>,
+    /// The object before the change (modifications and deletes), with its own resourceVersion.
+    pub prev: Option<Arc<Value>>,
+}
+
+/// A message to watchers.
+#[derive(Debug, Clone)]
+pub enum CacheMsg {
+    /// One change.
+    Event(Arc<CacheEvent>),
+    /// Every change up to this revision has been sent (a bookmark opportunity).
+    Progress(Revision),
+    /// The cache lost continuity (its store watch was compacted away) and relisted; watchers
+    /// must end their streams so clients relist.
+    Reset,
+}
+
+/// What a watcher's [`Subscription::recv`] yields.
+#[derive(Debug)]
+pub enum Recv {
+    /// A message.
+    Msg(CacheMsg),
+    /// The watcher fell too far behind and must end its stream.
+    Lagged,
+    /// The cache is shutting down.
+    Closed,
+}
+
+/// A watcher's handle on the cache's broadcast.
+pub struct Subscription {
+    rx: broadcast::Receiver<CacheMsg>,
+}
+
+impl Subscription {
+    /// The next message.
+    pub async fn recv(&mut self) -> Recv {
+        match self.rx.recv().await {
+            Ok(m) => Recv::Msg(m),
+            Err(broadcast::error::RecvError::Lagged(_)) => Recv::Lagged,
+            Err(broadcast::error::RecvError::Closed) => Recv::Closed,
+        }
+    }
+}
+
+struct Inner {
+    objects: BTreeMap<String, Arc<Value>>,
+    ring: VecDeque<Arc<CacheEvent>>,
+    /// Every event with a revision strictly greater than this is in the ring (or still to come).
+    oldest: Revision,
+    /// The cache reflects the store up to this revision.
+    revision: Revision,
+}
+
+/// The watch cache of one storage prefix.
+pub struct WatchCache {
+    prefix: String,
+    inner: Mutex<Inner>,
+    tx: broadcast::Sender<CacheMsg>,
+    ring_capacity: usize,
+    ready: AtomicBool,
+}
+
+/// `resourceVersion` older than the cache's window: the answer is 410 Gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld {
+    /// The oldest resourceVersion a watch can start from.
+    pub oldest: Revision,
+}
+
+/// A consistent view of the cache: objects at `revision`, and a subscription to everything after.
+pub struct Snapshot {
+    /// Objects (with resourceVersion set), in key order.
+    pub objects: Vec<Arc<Value>>,
+    /// The revision the objects are at.
+    pub revision: Revision,
+    /// Changes after `revision`.
+    pub subscription: Subscription,
+}
+
+fn decode(value: &[u8], rv: Revision) -> Option<Value> {
+    let mut v: Value = serde_json::from_slice(value).ok()?;
+    set_resource_version(&mut v, rv);
+    Some(v)
+}
+
+impl WatchCache {
+    /// A cache of `prefix` with a ring of `ring_capacity` events and a per-watcher backlog of
+    /// `watcher_buffer` messages. Call [`WatchCache::run`] to fill it.
+    pub fn new(prefix: String, ring_capacity: usize, watcher_buffer: usize) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(watcher_buffer.max(1));
+        Arc::new(Self {
+            prefix,
+            inner: Mutex::new(Inner { objects: BTreeMap::new(), ring: VecDeque::new(), oldest: 0, revision: 0 }),
+            tx,
+            ring_capacity: ring_capacity.max(1),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// True once the initial list has been loaded.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The revision the cache is up to date with.
+    pub fn revision(&self) -> Revision {
+        self.inner.lock().revision
+    }
+
+    /// The prefix this cache follows.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Number of active watchers.
+    pub fn watchers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Fills the cache and follows the store until the task is aborted. Errors are retried.
+    pub async fn run(self: Arc<Self>, store: Arc<dyn Backend>) {
+        loop {
+            let from = match self.relist(&store).await {
+                Ok(rev) => rev,
+                Err(e) => {
+                    tracing::warn!(prefix = %self.prefix, error = %e, "watch cache list failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            self.ready.store(true, Ordering::Release);
+            let mut after = from;
+            // Follow the store, re-watching from the last revision when a stream ends.
+            loop {
+                let mut stream = match store.watch(&self.prefix, after).await {
+                    Ok(s) => s,
+                    Err(skiff_store::Error::Compacted { .. }) => break,
+                    Err(e) => {
+                        tracing::warn!(prefix = %self.prefix, error = %e, "watch cache watch failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
+                while let Some(msg) = stream.next().await {
+                    match msg {
+                        Ok(WatchResponse::Events(events)) => {
+                            for e in events {
+                                after = after.max(e.kv.mod_revision);
+                                self.apply(e);
+                            }
+                        }
+                        Ok(WatchResponse::Progress { revision }) => {
+                            after = after.max(revision);
+                            let mut inner = self.inner.lock();
+                            inner.revision = inner.revision.max(revision);
+                            let _ = self.tx.send(CacheMsg::Progress(inner.revision));
+                        }
+                        Err(e) => {
+                            tracing::debug!(prefix = %self.prefix, error = %e, "store watch ended");
+                            break;
+                        }
+                    }
+                }
+            }
+            // Continuity lost: end every watcher and start over.
+            let _ = self.tx.send(CacheMsg::Reset);
+        }
+    }
+
+    async fn relist(&self, store: &Arc<dyn Backend>) -> skiff_store::Result<Revision> {
+        let resp = store.range(RangeRequest { prefix: self.prefix.clone(), ..Default::default() }).await?;
+        let mut objects = BTreeMap::new();
+        for kv in resp.kvs {
+            if let Some(v) = decode(&kv.value, kv.mod_revision) {
+                objects.insert(kv.key, Arc::new(v));
+            }
+        }
+        let mut inner = self.inner.lock();
+        inner.objects = objects;
+        inner.ring.clear();
+        inner.oldest = resp.revision;
+        inner.revision = resp.revision;
+        Ok(resp.revision)
+    }
+
+    fn apply(&self, e: skiff_store::Event) {
+        let revision = e.kv.mod_revision;
+        let prev = e.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision)).map(Arc::new);
+        let (kind, object) = match e.kind {
+            EventType::Put => {
+                let Some(obj) = decode(&e.kv.value, revision) else {
+                    tracing::warn!(key = %e.kv.key, "undecodable value in the store; skipped");
+                    return;
+                };
+                (if prev.is_some() { EventKind::Modified } else { EventKind::Added }, Arc::new(obj))
+            }
+            EventType::Delete => {
+                let Some(prev) = &prev else { return };
+                let mut last = (**prev).clone();
+                set_resource_version(&mut last, revision);
+                (EventKind::Deleted, Arc::new(last))
+            }
+        };
+        let event = Arc::new(CacheEvent { kind, key: e.kv.key.clone(), revision, object: object.clone(), prev });
+        let mut inner = self.inner.lock();
+        match kind {
+            EventKind::Deleted => {
+                inner.objects.remove(&e.kv.key);
+            }
+            _ => {
+                inner.objects.insert(e.kv.key, object);
+            }
+        }
+        if inner.ring.len() >= self.ring_capacity {
+            if let Some(dropped) = inner.ring.pop_front() {
+                inner.oldest = dropped.revision;
+            }
+        }
+        inner.ring.push_back(event.clone());
+        inner.revision = inner.revision.max(revision);
+        let _ = self.tx.send(CacheMsg::Event(event));
+    }
+
+    /// Events after `after` from the ring plus a subscription to what follows, or
+    /// [`TooOld`] when the ring no longer reaches back to `after`.
+    pub fn watch_from(&self, after: Revision) -> Result<(Vec<Arc<CacheEvent>>, Subscription), TooOld> {
+        let inner = self.inner.lock();
+        if after < inner.oldest {
+            return Err(TooOld { oldest: inner.oldest + 1 });
+        }
+        let backlog = inner.ring.iter().filter(|e| e.revision > after).cloned().collect();
+        Ok((backlog, Subscription { rx: self.tx.subscribe() }))
+    }
+
+    /// The objects under `prefix` (a sub-prefix of the cache's, e.g. one namespace) and a
+    /// subscription to later changes, atomically.
+    pub fn snapshot(&self, prefix: &str) -> Snapshot {
+        let inner = self.inner.lock();
+        let objects = inner
+            .objects
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        Snapshot { objects, revision: inner.revision, subscription: Subscription { rx: self.tx.subscribe() } }
+    }
+
+    /// Waits (up to `timeout`) until the cache has caught up with `revision`.
+    pub async fn wait_for(&self, revision: Revision, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.is_ready() && self.revision() >= revision {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

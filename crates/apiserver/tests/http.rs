@@ -1,0 +1,571 @@
+//! Integration tests of the HTTP layer: a real API server on a real SQLite store in a temp dir,
+//! driven over HTTPS with kube-rs' raw client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skiff_apiserver::{ApiServer, Config};
+use skiff_store::Backend;
+use skiff_store::sqlite::SqliteBackend;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    server: ApiServer,
+    client: kube::Client,
+    store: Arc<dyn Backend>,
+}
+
+async fn start() -> Harness {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
+    let store: Arc<dyn Backend> = Arc::new(SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
+    let mut config = Config::new(dir.path());
+    config.bind_address = "127.0.0.1".parse().unwrap();
+    config.port = 0;
+    let server = ApiServer::start(config, store.clone()).await.unwrap();
+    server.wait_ready().await;
+    let client = server.client().await.unwrap();
+    Harness { _dir: dir, server, client, store }
+}
+
+struct Resp {
+    code: u16,
+    body: Value,
+    headers: axum::http::HeaderMap,
+}
+
+async fn call(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    ctype: &str,
+    body: Option<Vec<u8>>,
+    accept: Option<&str>,
+) -> Resp {
+    let mut b = axum::http::Request::builder().method(method).uri(path);
+    if !ctype.is_empty() {
+        b = b.header("Content-Type", ctype);
+    }
+    if let Some(a) = accept {
+        b = b.header("Accept", a);
+    }
+    let req = b.body(kube::client::Body::from(body.unwrap_or_default())).unwrap();
+    let resp = client.send(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect_bytes().await.unwrap();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    Resp { code, body, headers }
+}
+
+async fn json_call(client: &kube::Client, method: &str, path: &str, body: Value) -> Resp {
+    call(client, method, path, "application/json", Some(serde_json::to_vec(&body).unwrap()), None).await
+}
+
+async fn get(client: &kube::Client, path: &str) -> Resp {
+    call(client, "GET", path, "", None, None).await
+}
+
+fn cm(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "web"}}, "data": {"k": "v"}})
+}
+
+fn deployment(name: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}}}})
+}
+
+#[tokio::test]
+async fn configmap_create_get_update_delete_round_trip() {
+    let h = start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("a")).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let rv = r.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    assert!(r.body["metadata"]["uid"].as_str().unwrap().len() == 36);
+    assert!(r.body["metadata"]["creationTimestamp"].is_string());
+
+    let g = get(c, "/api/v1/namespaces/default/configmaps/a").await;
+    assert_eq!(g.code, 200);
+    assert_eq!(g.body["metadata"]["resourceVersion"], rv);
+
+    let mut updated = g.body.clone();
+    updated["data"]["k"] = json!("v2");
+    let u = json_call(c, "PUT", "/api/v1/namespaces/default/configmaps/a", updated.clone()).await;
+    assert_eq!(u.code, 200, "{}", u.body);
+    assert_ne!(u.body["metadata"]["resourceVersion"], rv);
+
+    // The same body again carries the old resourceVersion: Conflict.
+    let stale = json_call(c, "PUT", "/api/v1/namespaces/default/configmaps/a", updated).await;
+    assert_eq!(stale.code, 409);
+    assert_eq!(stale.body["reason"], "Conflict");
+
+    let again = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("a")).await;
+    assert_eq!(again.code, 409);
+    assert_eq!(again.body["reason"], "AlreadyExists");
+
+    let d = call(c, "DELETE", "/api/v1/namespaces/default/configmaps/a", "", None, None).await;
+    assert_eq!(d.code, 200);
+    assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/a").await.code, 404);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn create_validates_namespace_body_and_media_type() {
+    let h = start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/nope/configmaps", cm("a")).await;
+    assert_eq!(r.code, 404);
+    assert_eq!(r.body["message"], "namespaces \"nope\" not found");
+
+    let mut wrong_ns = cm("b");
+    wrong_ns["metadata"]["namespace"] = json!("kube-system");
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", wrong_ns).await.code, 400);
+
+    let wrong_kind = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}});
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", wrong_kind).await.code, 400);
+
+    let malformed =
+        call(c, "POST", "/api/v1/namespaces/default/configmaps", "application/json", Some(b"{not json".to_vec()), None)
+            .await;
+    assert_eq!(malformed.code, 400);
+    assert_eq!(malformed.body["kind"], "Status");
+
+    let proto = call(
+        c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        "application/vnd.kubernetes.protobuf",
+        Some(vec![1, 2]),
+        None,
+    )
+    .await;
+    assert_eq!(proto.code, 415);
+
+    let huge = vec![b' '; 3 * 1024 * 1024 + 10];
+    assert_eq!(
+        call(c, "POST", "/api/v1/namespaces/default/configmaps", "application/json", Some(huge), None).await.code,
+        413
+    );
+
+    let mut big = cm("big");
+    big["data"]["k"] = json!("x".repeat(1_700_000));
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", big).await.code, 413);
+
+    let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fromyaml\ndata:\n  a: b\n".to_vec();
+    let y = call(c, "POST", "/api/v1/namespaces/default/configmaps", "application/yaml", Some(yaml), None).await;
+    assert_eq!(y.code, 201, "{}", y.body);
+
+    let generated = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}});
+    let g = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", generated).await;
+    assert_eq!(g.code, 201);
+    assert!(g.body["metadata"]["name"].as_str().unwrap().starts_with("gen-"));
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn strict_field_validation_rejects_unknown_and_duplicate_fields_and_warn_warns() {
+    let h = start().await;
+    let c = &h.client;
+    let mut body = cm("s");
+    body["bogus"] = json!(1);
+    let strict =
+        json_call(c, "POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Strict", body.clone()).await;
+    assert_eq!(strict.code, 400);
+    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \"bogus\""), "{}", strict.body);
+
+    let dup = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d","name":"d"}}"#.to_vec();
+    let d = call(
+        c,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+        "application/json",
+        Some(dup),
+        None,
+    )
+    .await;
+    assert_eq!(d.code, 400);
+    assert!(d.body["message"].as_str().unwrap().contains("duplicate field \"metadata.name\""), "{}", d.body);
+
+    let warn = json_call(c, "POST", "/api/v1/namespaces/default/configmaps?fieldValidation=Warn", body).await;
+    assert_eq!(warn.code, 201);
+    let w = warn.headers.get("Warning").unwrap().to_str().unwrap();
+    assert!(w.contains("unknown field"), "{w}");
+    assert!(warn.body.get("bogus").is_none());
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn dry_run_persists_nothing() {
+    let h = start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All", cm("dry")).await;
+    assert_eq!(r.code, 201);
+    assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/dry").await.code, 404);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn deployment_status_is_split_from_spec_and_generation_tracks_spec() {
+    let h = start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment("web")).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["metadata"]["generation"], 1);
+
+    // Status through the main resource is ignored.
+    let mut obj = r.body.clone();
+    obj["status"] = json!({"replicas": 5});
+    let u = json_call(c, "PUT", "/apis/apps/v1/namespaces/default/deployments/web", obj).await;
+    assert_eq!(u.code, 200);
+    assert!(u.body["status"]["replicas"].is_null(), "{}", u.body);
+    assert_eq!(u.body["metadata"]["generation"], 1);
+
+    // Spec through /status is ignored, status lands.
+    let mut obj = u.body.clone();
+    obj["status"] = json!({"replicas": 5});
+    obj["spec"]["replicas"] = json!(9);
+    let s = json_call(c, "PUT", "/apis/apps/v1/namespaces/default/deployments/web/status", obj).await;
+    assert_eq!(s.code, 200, "{}", s.body);
+    assert_eq!(s.body["status"]["replicas"], 5);
+    assert_eq!(s.body["spec"]["replicas"], 2);
+
+    // A spec change bumps generation.
+    let p = call(
+        c,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        "application/merge-patch+json",
+        Some(br#"{"spec":{"replicas":3}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(p.code, 200, "{}", p.body);
+    assert_eq!(p.body["metadata"]["generation"], 2);
+
+    // Scale.
+    let sc = get(c, "/apis/apps/v1/namespaces/default/deployments/web/scale").await;
+    assert_eq!(sc.body["kind"], "Scale");
+    assert_eq!(sc.body["spec"]["replicas"], 3);
+    assert_eq!(sc.body["status"]["selector"], "app=web");
+    let sp = call(
+        c,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/deployments/web/scale",
+        "application/merge-patch+json",
+        Some(br#"{"spec":{"replicas":7}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(sp.code, 200, "{}", sp.body);
+    assert_eq!(get(c, "/apis/apps/v1/namespaces/default/deployments/web").await.body["spec"]["replicas"], 7);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn json_patch_and_strategic_merge_patch_apply() {
+    let h = start().await;
+    let c = &h.client;
+    assert_eq!(json_call(c, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment("p")).await.code, 201);
+    let jp = call(
+        c,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/deployments/p",
+        "application/json-patch+json",
+        Some(br#"[{"op":"replace","path":"/spec/replicas","value":4}]"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(jp.code, 200, "{}", jp.body);
+    assert_eq!(jp.body["spec"]["replicas"], 4);
+    let smp = call(
+        c,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/deployments/p",
+        "application/strategic-merge-patch+json",
+        Some(br#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"nginx:1.27"}]}}}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(smp.code, 200, "{}", smp.body);
+    assert_eq!(smp.body["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
+    let bad =
+        call(c, "PATCH", "/apis/apps/v1/namespaces/default/deployments/p", "text/plain", Some(b"x".to_vec()), None)
+            .await;
+    assert_eq!(bad.code, 415);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn finalizers_defer_deletion_until_removed() {
+    let h = start().await;
+    let c = &h.client;
+    let mut body = cm("f");
+    body["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", body).await.code, 201);
+    let d = call(c, "DELETE", "/api/v1/namespaces/default/configmaps/f", "", None, None).await;
+    assert_eq!(d.code, 200);
+    assert!(d.body["metadata"]["deletionTimestamp"].is_string(), "{}", d.body);
+    let g = get(c, "/api/v1/namespaces/default/configmaps/f").await;
+    assert_eq!(g.code, 200);
+    let p = call(
+        c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/f",
+        "application/merge-patch+json",
+        Some(br#"{"metadata":{"finalizers":null}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(p.code, 200, "{}", p.body);
+    assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/f").await.code, 404);
+
+    // Preconditions.
+    let created = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("pre")).await;
+    let wrong =
+        json_call(c, "DELETE", "/api/v1/namespaces/default/configmaps/pre", json!({"preconditions": {"uid": "nope"}}))
+            .await;
+    assert_eq!(wrong.code, 409);
+    let uid = created.body["metadata"]["uid"].clone();
+    let ok =
+        json_call(c, "DELETE", "/api/v1/namespaces/default/configmaps/pre", json!({"preconditions": {"uid": uid}}))
+            .await;
+    assert_eq!(ok.code, 200);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn terminating_namespace_refuses_new_content_and_default_cannot_be_deleted() {
+    let h = start().await;
+    let c = &h.client;
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}});
+    let r = json_call(c, "POST", "/api/v1/namespaces", ns).await;
+    assert_eq!(r.code, 201);
+    assert_eq!(r.body["spec"]["finalizers"], json!(["kubernetes"]));
+    assert_eq!(r.body["status"]["phase"], "Active");
+    let d = call(c, "DELETE", "/api/v1/namespaces/doomed", "", None, None).await;
+    assert_eq!(d.code, 200);
+    assert_eq!(d.body["status"]["phase"], "Terminating");
+    let create = json_call(c, "POST", "/api/v1/namespaces/doomed/configmaps", cm("x")).await;
+    assert_eq!(create.code, 403);
+    assert_eq!(
+        create.body["message"],
+        "configmaps \"x\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+    );
+    // Finalizing removes the namespace.
+    let mut fin = d.body.clone();
+    fin["spec"]["finalizers"] = json!([]);
+    let f = json_call(c, "PUT", "/api/v1/namespaces/doomed/finalize", fin).await;
+    assert_eq!(f.code, 200, "{}", f.body);
+    assert_eq!(get(c, "/api/v1/namespaces/doomed").await.code, 404);
+    assert_eq!(call(c, "DELETE", "/api/v1/namespaces/default", "", None, None).await.code, 403);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn lists_paginate_over_one_snapshot_and_filter_by_selectors() {
+    let h = start().await;
+    let c = &h.client;
+    for i in 0..5 {
+        let mut b = cm(&format!("c{i}"));
+        b["metadata"]["labels"]["idx"] = json!(i.to_string());
+        assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", b).await.code, 201);
+    }
+    let p1 = get(c, "/api/v1/namespaces/default/configmaps?limit=2").await;
+    assert_eq!(p1.body["items"].as_array().unwrap().len(), 2);
+    let token = p1.body["metadata"]["continue"].as_str().unwrap().to_string();
+    let rv = p1.body["metadata"]["resourceVersion"].clone();
+    // A write between pages is not seen by the paginated list.
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("c9")).await.code, 201);
+    let p2 = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=10&continue={token}")).await;
+    assert_eq!(p2.code, 200, "{}", p2.body);
+    assert_eq!(p2.body["items"].as_array().unwrap().len(), 3);
+    assert_eq!(p2.body["metadata"]["resourceVersion"], rv);
+    assert!(p2.body["metadata"]["continue"].is_null());
+
+    let sel = get(c, "/api/v1/namespaces/default/configmaps?labelSelector=idx%20in%20(1,3)").await;
+    let names: Vec<&str> =
+        sel.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["c1", "c3"]);
+    let fs = get(c, "/api/v1/configmaps?fieldSelector=metadata.name%3Dc2").await;
+    assert_eq!(fs.body["items"].as_array().unwrap().len(), 1);
+    let bad = get(c, "/api/v1/configmaps?fieldSelector=spec.bogus%3Dx").await;
+    assert_eq!(bad.code, 400);
+
+    // Compaction expires the continue token.
+    let p = get(c, "/api/v1/namespaces/default/configmaps?limit=1").await;
+    let token = p.body["metadata"]["continue"].as_str().unwrap().to_string();
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("c10")).await.code, 201);
+    let current = h.store.current_revision().await.unwrap();
+    h.store.compact(current).await.unwrap();
+    let expired = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=1&continue={token}")).await;
+    assert_eq!(expired.code, 410);
+    assert_eq!(expired.body["reason"], "Expired");
+
+    // deletecollection.
+    let dc = call(c, "DELETE", "/api/v1/namespaces/default/configmaps?labelSelector=idx", "", None, None).await;
+    assert_eq!(dc.code, 200);
+    assert_eq!(
+        get(c, "/api/v1/namespaces/default/configmaps?labelSelector=idx").await.body["items"].as_array().unwrap().len(),
+        0
+    );
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+async fn read_events(resp: axum::http::Response<kube::client::Body>, n: usize) -> Vec<Value> {
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    let mut body = resp.into_body().into_data_stream();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while out.len() < n {
+        let chunk = tokio::time::timeout_at(deadline, body.next()).await.expect("timed out waiting for watch events");
+        let Some(Ok(chunk)) = chunk else { break };
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            out.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    out
+}
+
+async fn watch(c: &kube::Client, path: &str) -> axum::http::Response<kube::client::Body> {
+    let req = axum::http::Request::get(path).body(kube::client::Body::empty()).unwrap();
+    let resp = c.send(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp
+}
+
+#[tokio::test]
+async fn watch_streams_changes_from_a_resource_version_and_follows_selectors() {
+    let h = start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("w")).await;
+    let rv = r.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let all = watch(c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}")).await;
+    let selected = watch(
+        c,
+        &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}&labelSelector=app%3Dweb"),
+    )
+    .await;
+    let p = call(
+        c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/w",
+        "application/merge-patch+json",
+        Some(br#"{"metadata":{"labels":{"app":"other"}}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(p.code, 200);
+    assert_eq!(call(c, "DELETE", "/api/v1/namespaces/default/configmaps/w", "", None, None).await.code, 200);
+    let events = read_events(all, 2).await;
+    assert_eq!(events[0]["type"], "MODIFIED");
+    assert_eq!(events[1]["type"], "DELETED");
+    let events = read_events(selected, 1).await;
+    assert_eq!(events[0]["type"], "DELETED", "leaving the selector is a DELETED event");
+    assert_eq!(events[0]["object"]["metadata"]["labels"]["app"], "web");
+
+    // Initial events and the end bookmark.
+    json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("i1")).await;
+    let wl = watch(c, "/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=&allowWatchBookmarks=true").await;
+    let events = read_events(wl, 2).await;
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[1]["type"], "BOOKMARK");
+    assert_eq!(events[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+
+    // A compacted revision is gone.
+    let current = h.store.current_revision().await.unwrap();
+    h.store.compact(current).await.unwrap();
+    let old = watch(c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}")).await;
+    let events = read_events(old, 1).await;
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 410);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn binding_sets_the_node_once() {
+    let h = start().await;
+    let c = &h.client;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/pods", pod).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["status"]["phase"], "Pending");
+    let b = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n1"}});
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/pods/p/binding", b.clone()).await.code, 201);
+    let g = get(c, "/api/v1/namespaces/default/pods/p").await;
+    assert_eq!(g.body["spec"]["nodeName"], "n1");
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/pods/p/binding", b).await.code, 409);
+    // A bound pod is deleted gracefully: marked, then removed with grace 0.
+    let d = call(c, "DELETE", "/api/v1/namespaces/default/pods/p", "", None, None).await;
+    assert_eq!(d.code, 200);
+    assert_eq!(d.body["metadata"]["deletionGracePeriodSeconds"], 30);
+    let d0 = call(c, "DELETE", "/api/v1/namespaces/default/pods/p?gracePeriodSeconds=0", "", None, None).await;
+    assert_eq!(d0.code, 200);
+    assert_eq!(get(c, "/api/v1/namespaces/default/pods/p").await.code, 404);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn discovery_version_table_and_anonymous_access() {
+    let h = start().await;
+    let c = &h.client;
+    let v = get(c, "/version").await;
+    assert_eq!(v.body["major"], "1");
+    assert_eq!(v.body["minor"], "33");
+    for f in ["buildDate", "compiler", "gitCommit", "gitTreeState", "gitVersion", "goVersion", "platform"] {
+        assert!(v.body[f].is_string(), "{f}");
+    }
+    let agg = call(
+        c,
+        "GET",
+        "/apis",
+        "",
+        None,
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"),
+    )
+    .await;
+    assert_eq!(
+        agg.headers.get("content-type").unwrap(),
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    assert_eq!(agg.body["kind"], "APIGroupDiscoveryList");
+    let plain = get(c, "/apis").await;
+    assert_eq!(plain.body["kind"], "APIGroupList");
+    assert_eq!(get(c, "/api/v1").await.body["kind"], "APIResourceList");
+
+    let t = call(
+        c,
+        "GET",
+        "/api/v1/namespaces?limit=500",
+        "",
+        None,
+        Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+    )
+    .await;
+    assert_eq!(t.body["kind"], "Table");
+    assert_eq!(t.body["rows"].as_array().unwrap().len(), 4);
+    assert_eq!(t.body["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+
+    assert_eq!(get(c, "/readyz").await.code, 200);
+    let m = get(c, "/metrics").await;
+    assert!(m.body.as_str().unwrap().contains("apiserver_request_total"));
+
+    // No client certificate: 401 except for the public paths.
+    let mut cfg = kube::Config::new(h.server.url().parse().unwrap());
+    let ca = rustls::pki_types::pem::PemObject::from_pem_slice(h.server.pki().ca.cert_pem.as_bytes())
+        .map(|c: rustls::pki_types::CertificateDer| c.to_vec())
+        .unwrap();
+    cfg.root_cert = Some(vec![ca]);
+    let anon = kube::Client::try_from(cfg).unwrap();
+    assert_eq!(get(&anon, "/api/v1/namespaces").await.code, 401);
+    assert_eq!(get(&anon, "/version").await.code, 200);
+    assert_eq!(get(&anon, "/healthz").await.code, 200);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}

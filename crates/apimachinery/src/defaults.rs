@@ -39,11 +39,7 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
         ("batch", "CronJob") => default_cron_job(obj),
         ("", "Service") => default_service(obj),
         ("", "Endpoints") => default_endpoints(obj),
-        ("", "Secret") => {
-            if let Some(o) = obj.as_object_mut() {
-                set(o, "type", json!("Opaque"));
-            }
-        }
+        ("", "Secret") => default_secret(obj),
         ("", "Namespace") => default_namespace(obj),
         ("", "Node") => default_node(obj),
         ("", "PersistentVolumeClaim") => {
@@ -403,6 +399,40 @@ fn default_endpoints(obj: &mut Value) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Secrets.
+
+/// Standard base64 with padding (what `data` values of a Secret hold).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `type: Opaque`, and `stringData` folded into `data` (base64), as Kubernetes' conversion does:
+/// `stringData` is write-only and wins over `data` for the same key.
+fn default_secret(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    set_str(o, "type", "Opaque");
+    if let Some(Value::Object(string_data)) = o.remove("stringData") {
+        let data = object_mut(o, "data");
+        for (k, v) in string_data {
+            let text = v.as_str().unwrap_or_default();
+            data.insert(k, Value::String(base64_encode(text.as_bytes())));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Namespace, Node, RBAC, CRD.
 
 /// `kubernetes.io/metadata.name` label, `status.phase: Active`, and `spec.finalizers:
@@ -595,6 +625,13 @@ mod tests {
     #[test]
     fn secrets_namespaces_and_bindings_get_defaults() {
         check("v1", "Secret", json!({}), &[("/type", json!("Opaque"))]);
+        let secret = check(
+            "v1",
+            "Secret",
+            json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "hello", "c": "hi!"}}),
+            &[("/data/a", json!("eA==")), ("/data/b", json!("aGVsbG8=")), ("/data/c", json!("aGkh"))],
+        );
+        assert_eq!(secret.get("stringData"), None);
         check(
             "v1",
             "Namespace",

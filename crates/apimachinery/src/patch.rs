@@ -26,6 +26,9 @@
 //! Custom resources have no strategies: Kubernetes answers 415 for them, and so does
 //! [`strategic_merge_patch`] (see [`supports_strategic_merge_patch`]).
 
+// `ApiError` is the API's error type everywhere; boxing it here would only move the allocation.
+#![allow(clippy::result_large_err)]
+
 use serde_json::{Map, Value};
 
 use crate::ApiError;

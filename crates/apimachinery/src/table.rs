@@ -538,7 +538,7 @@ pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: SystemTime) ->
 
 /// `TableRowCondition`s of a row: Kubernetes marks Succeeded and Failed pods `Completed`.
 pub fn row_conditions(api_version: &str, kind: &str, obj: &Value) -> Vec<Value> {
-    if group_of(api_version) != "" || kind != "Pod" {
+    if !group_of(api_version).is_empty() || kind != "Pod" {
         return Vec::new();
     }
     match s(obj, "/status/phase") {

@@ -1051,8 +1051,9 @@ fn base64_error(s: &str) -> Option<usize> {
     if let Some(i) = body.bytes().position(|c| !(c.is_ascii_alphanumeric() || c == b'+' || c == b'/')) {
         return Some(i);
     }
-    if pad > 2 || (b.len() % 4 != 0) {
-        return Some(b.len().saturating_sub(if b.len() % 4 == 0 { pad } else { b.len() % 4 }));
+    let rest = b.len() % 4;
+    if pad > 2 || rest != 0 {
+        return Some(b.len().saturating_sub(if rest == 0 { pad } else { rest }));
     }
     None
 }
@@ -1082,14 +1083,13 @@ fn validate_secret(e: &mut Errs, o: &Value, old: Option<&Value>) {
             || o.pointer(&format!("/stringData/{k}")).is_some()
     };
     match ty {
-        "kubernetes.io/service-account-token" => {
+        "kubernetes.io/service-account-token"
             if o.pointer("/metadata/annotations/kubernetes.io~1service-account.name")
                 .and_then(Value::as_str)
                 .unwrap_or("")
-                .is_empty()
-            {
-                e.required("metadata.annotations[kubernetes.io/service-account.name]", "");
-            }
+                .is_empty() =>
+        {
+            e.required("metadata.annotations[kubernetes.io/service-account.name]", "");
         }
         "kubernetes.io/dockercfg" if !has(".dockercfg") => e.required("data[.dockercfg]", ""),
         "kubernetes.io/dockerconfigjson" if !has(".dockerconfigjson") => e.required("data[.dockerconfigjson]", ""),

@@ -215,6 +215,75 @@ pub async fn import_dir(socket: &Path, dir: &Path) -> usize {
     imported
 }
 
+/// What [`import_images`] did with the files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportMode {
+    /// Imported into the node's running containerd.
+    Imported,
+    /// The node's containerd is not running: copied into `<data-dir>/images/`, to be imported
+    /// at the next agent start.
+    Queued(PathBuf),
+}
+
+/// `skiff images import [--data-dir DIR] FILE.tar…`: loads image tarballs (docker-archive or
+/// OCI layout) into the containerd of the node whose data directory is `data_dir`, showing a
+/// progress bar on stderr when `progress` is set. When that containerd is not running the files
+/// are copied into `<data_dir>/images/` instead (imported when the agent starts).
+///
+/// # Errors
+/// [`crate::Error::Config`] for missing files or failed imports (the message carries ctr's
+/// output); [`crate::Error::Io`] when copying fails.
+pub async fn import_images(data_dir: &Path, files: &[PathBuf], progress: bool) -> Result<ImportMode, crate::Error> {
+    for f in files {
+        if !f.is_file() {
+            return Err(crate::Error::Config(format!("{} is not a file", f.display())));
+        }
+    }
+    let total: u64 = files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).sum();
+    let bar = if progress {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {bytes}/{total_bytes} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let socket = crate::agent::containerd_socket(data_dir);
+    let live = socket.exists()
+        && match CriClient::connect(&socket).await {
+            Ok(c) => c.version().await.is_ok(),
+            Err(_) => false,
+        };
+    let mode = if live {
+        for f in files {
+            bar.set_message(format!("importing {}", f.display()));
+            let out = import_image_tarball(&socket, f).await?;
+            for line in out.lines().filter(|l| !l.trim().is_empty()) {
+                bar.println(line.trim());
+            }
+            bar.inc(std::fs::metadata(f).map(|m| m.len()).unwrap_or(0));
+        }
+        ImportMode::Imported
+    } else {
+        let dir = crate::agent::images_dir(data_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| crate::Error::io(format!("creating {}", dir.display()), e))?;
+        for f in files {
+            bar.set_message(format!("copying {}", f.display()));
+            let name = f.file_name().map(PathBuf::from).unwrap_or_else(|| PathBuf::from("image.tar"));
+            let dest = dir.join(name);
+            std::fs::copy(f, &dest).map_err(|e| crate::Error::io(format!("copying to {}", dest.display()), e))?;
+            bar.inc(std::fs::metadata(f).map(|m| m.len()).unwrap_or(0));
+        }
+        ImportMode::Queued(dir)
+    };
+    bar.finish_and_clear();
+    Ok(mode)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +306,18 @@ mod tests {
         assert_eq!(pull_policy(&c("busybox@sha256:abc", None)), PullPolicy::IfNotPresent);
         assert_eq!(pull_policy(&c("busybox", Some("Never"))), PullPolicy::Never);
         assert_eq!(pull_policy(&c("busybox:1", Some("Always"))), PullPolicy::Always);
+    }
+
+    #[tokio::test]
+    async fn import_without_a_running_node_queues_files_in_the_images_dir() {
+        let data = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let src = data.path().join("x.tar");
+        std::fs::write(&src, b"tar").unwrap_or_else(|e| panic!("write: {e}"));
+        let mode = import_images(data.path(), &[src], false).await.unwrap_or_else(|e| panic!("import: {e}"));
+        assert_eq!(mode, ImportMode::Queued(data.path().join("images")));
+        assert!(data.path().join("images/x.tar").is_file());
+        let missing = import_images(data.path(), &[data.path().join("nope.tar")], false).await;
+        assert!(matches!(missing, Err(crate::Error::Config(_))));
     }
 
     #[test]

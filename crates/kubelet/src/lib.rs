@@ -2,12 +2,16 @@
 //! containerd, and simulated (KWOK-style) nodes for control-plane tests and benchmarks.
 //!
 //! Entry points:
+//! - [`run_agent`] with an [`AgentConfig`]: the real node agent (containerd + CRI).
 //! - [`run_simulated_nodes`] / [`SimulatedNodes::start`]: register N fake nodes whose pods are
 //!   reported Running without containers.
+//! - [`images::import_images`]: `skiff images import`.
 //!
 //! The kubelet is a client of the Kubernetes API (`kube::Client`): it never touches the store.
 
+pub mod agent;
 pub mod backoff;
+pub mod cgroups;
 pub mod containerd;
 pub mod cri;
 pub mod envvars;
@@ -26,6 +30,7 @@ pub mod status;
 pub mod volumes;
 pub mod workqueue;
 
+pub use agent::{AgentConfig, run_agent};
 pub use simulated::{SimulatedNodes, SimulatedNodesConfig, run_simulated_nodes};
 
 /// Errors of the node agent.

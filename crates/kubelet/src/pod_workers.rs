@@ -241,6 +241,7 @@ impl PodWorkers {
             kill_runtime_pod(&self.inner, None, &rt, 30).await;
             remove_runtime_pod(&self.inner, &rt).await;
             volumes::cleanup_pod_dir(&self.inner.cfg.root_dir, uid);
+            crate::cgroups::remove_pod_cgroups(&self.inner.cfg.cgroup_root, uid);
         }
         if let Ok(entries) = std::fs::read_dir(self.inner.cfg.root_dir.join("pods")) {
             for e in entries.flatten() {
@@ -424,6 +425,7 @@ async fn terminate(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod, delete_o
         remove_runtime_pod(inner, &rt).await;
     }
     volumes::cleanup_pod_dir(&inner.cfg.root_dir, &st.uid);
+    crate::cgroups::remove_pod_cgroups(&inner.cfg.cgroup_root, &st.uid);
     inner.restart_backoff.lock().reset_prefix(&format!("{}/", st.uid));
     inner.image_backoff.lock().reset_prefix(&format!("{}/", st.uid));
     true

@@ -1,0 +1,387 @@
+//! The node agent (`skiff agent`, and the local node of `skiff server`): registers this
+//! machine as a Node, keeps its Lease and status fresh, runs containerd (or uses an existing
+//! CRI socket), and runs the pods bound to it.
+//!
+//! Directory layout under the data directory (as k3s users know it):
+//! - `images/` — image tarballs imported at start (air-gapped nodes);
+//! - `agent/containerd/` — the managed containerd (root, state, socket, CNI config);
+//! - `agent/kubelet/` — pod volumes (`pods/<uid>`) and container logs (`logs/`).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+
+use crate::Error;
+use crate::containerd::{ContainerdConfig, ManagedContainerd};
+use crate::cri::CriClient;
+use crate::host::ApiPodHost;
+use crate::kuberuntime::PodRuntimeConfig;
+use crate::lease::{self, LeaseHolder};
+use crate::node::{self, MachineInfo, NodeHealth, NodeTemplate};
+use crate::pod_workers::PodWorkers;
+
+/// The default pod CIDR of a node whose Node object has none.
+pub const DEFAULT_POD_CIDR: &str = "10.42.0.0/24";
+
+/// The default sandbox image (built by scripts/images/build.sh).
+pub const DEFAULT_SANDBOX_IMAGE: &str = "skiff.local/pause:3.9";
+
+/// How often node status is recomputed (kubelet `nodeStatusUpdateFrequency`).
+const NODE_STATUS_UPDATE: Duration = Duration::from_secs(10);
+
+/// How often node status is written even when unchanged (kubelet `nodeStatusReportFrequency`).
+const NODE_STATUS_REPORT: Duration = Duration::from_secs(300);
+
+/// Settings of [`run_agent`].
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Node name (`--node-name`); default: the host name, lowercased.
+    pub node_name: Option<String>,
+    /// Data directory (the same as `skiff server --data-dir`).
+    pub data_dir: PathBuf,
+    /// An existing CRI socket (`--container-runtime-endpoint`); `None` starts a managed
+    /// containerd under `<data_dir>/agent/containerd`.
+    pub container_runtime_endpoint: Option<PathBuf>,
+    /// Pod CIDR of this node when its Node object has none (default 10.42.0.0/24).
+    pub pod_cidr: Option<String>,
+    /// The node's IP (`--node-ip`); default: the address of the default route's interface.
+    pub node_ip: Option<IpAddr>,
+    /// Cluster DNS server IPs (`--cluster-dns`).
+    pub cluster_dns: Vec<String>,
+    /// Cluster domain (`--cluster-domain`).
+    pub cluster_domain: String,
+    /// Maximum pods (`--max-pods`, 110).
+    pub max_pods: u32,
+    /// Sandbox image.
+    pub sandbox_image: String,
+    /// Extra node labels (`--node-label`).
+    pub labels: BTreeMap<String, String>,
+    /// Node taints (`--node-taint`).
+    pub taints: Vec<Taint>,
+    /// Cgroup root of pods (cgroupfs driver).
+    pub cgroup_root: String,
+    /// Linux bridge of the managed CNI network.
+    pub bridge_name: String,
+}
+
+impl AgentConfig {
+    /// Defaults for a data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        AgentConfig {
+            node_name: None,
+            data_dir: data_dir.into(),
+            container_runtime_endpoint: None,
+            pod_cidr: None,
+            node_ip: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: "cluster.local".to_string(),
+            max_pods: 110,
+            sandbox_image: DEFAULT_SANDBOX_IMAGE.to_string(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            cgroup_root: "/kubepods".to_string(),
+            bridge_name: "skiff0".to_string(),
+        }
+    }
+
+    /// `<data_dir>/images`: tarballs imported at agent start.
+    pub fn images_dir(&self) -> PathBuf {
+        images_dir(&self.data_dir)
+    }
+}
+
+/// The images directory of a data directory.
+pub fn images_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("images")
+}
+
+/// The managed containerd's socket for a data directory.
+pub fn containerd_socket(data_dir: &Path) -> PathBuf {
+    crate::containerd::ContainerdPaths::new(data_dir.join("agent").join("containerd")).socket()
+}
+
+/// Picks the node IP: the local address used to reach the default route (no packet is sent),
+/// else the host name's first non-loopback address, else 127.0.0.1.
+pub async fn detect_node_ip() -> IpAddr {
+    if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0")
+        && sock.connect("192.0.2.1:53").is_ok()
+        && let Ok(addr) = sock.local_addr()
+        && !addr.ip().is_unspecified()
+    {
+        return addr.ip();
+    }
+    let host = rustix::system::uname().nodename().to_string_lossy().into_owned();
+    if let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
+        for a in addrs {
+            if !a.ip().is_loopback() {
+                return a.ip();
+            }
+        }
+    }
+    IpAddr::from([127, 0, 0, 1])
+}
+
+fn read_meminfo_kib(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The node's health now: runtime and network readiness from CRI Status, and pressure with the
+/// kubelet's default hard eviction thresholds (memory.available < 100Mi, nodefs.available < 10%,
+/// pid.available < 5%... approximated from /proc).
+async fn observe_health(cri: &CriClient, data_dir: &Path) -> NodeHealth {
+    let not_ready = match cri.status().await {
+        Ok(s) => {
+            let failing: Vec<String> = s
+                .status
+                .map(|st| st.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| !c.status)
+                .map(|c| format!("{}=false reason:{} message:{}", c.r#type, c.reason, c.message))
+                .collect();
+            (!failing.is_empty()).then(|| format!("container runtime not ready: {}", failing.join(", ")))
+        }
+        Err(e) => Some(format!("container runtime is down: {e}")),
+    };
+    let memory_pressure = read_meminfo_kib("MemAvailable:").is_some_and(|kib| kib < 100 * 1024);
+    let disk_pressure = rustix::fs::statvfs(data_dir)
+        .map(|v| v.f_blocks > 0 && v.f_bavail.saturating_mul(10) < v.f_blocks)
+        .unwrap_or(false);
+    let pid_pressure = {
+        let max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(u64::MAX);
+        let used: u64 = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(3).and_then(|f| f.split('/').nth(1)).and_then(|n| n.parse().ok()))
+            .unwrap_or(0);
+        used.saturating_mul(20) > max.saturating_mul(19)
+    };
+    NodeHealth { not_ready, memory_pressure, disk_pressure, pid_pressure }
+}
+
+/// Runs the node agent until the future is dropped or a fatal error occurs.
+///
+/// Steps: start containerd (or connect to `container_runtime_endpoint`), import
+/// `<data_dir>/images/*.tar`, register the Node (capacity from the machine, pods=110, podCIDR,
+/// nodeInfo with the runtime version from CRI Version), then concurrently: renew the Lease
+/// every 10 s, update node status (Ready, MemoryPressure, DiskPressure, PIDPressure), watch the
+/// pods bound to this node and run them through CRI.
+///
+/// # Errors
+/// [`Error::Io`]/[`Error::Config`] when the data directory, containerd or the CRI socket cannot
+/// be set up; [`Error::Kube`] when the node cannot be registered. Errors after start-up are
+/// logged and retried.
+pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| Error::io(format!("creating {}", cfg.data_dir.display()), e))?;
+    let machine = MachineInfo::probe(&cfg.data_dir)?;
+    let node_name = cfg.node_name.clone().unwrap_or_else(|| machine.hostname.to_lowercase());
+    let node_ip = match cfg.node_ip {
+        Some(ip) => ip,
+        None => detect_node_ip().await,
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let existing = nodes.get_opt(&node_name).await?;
+    let pod_cidr = existing
+        .as_ref()
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.pod_cidr.clone())
+        .or_else(|| cfg.pod_cidr.clone())
+        .unwrap_or_else(|| DEFAULT_POD_CIDR.to_string());
+
+    // Container runtime.
+    let mut managed = None;
+    let socket = match &cfg.container_runtime_endpoint {
+        Some(endpoint) => endpoint.clone(),
+        None => {
+            let mut ccfg = ContainerdConfig::for_data_dir(&cfg.data_dir.join("agent"), &pod_cidr, &cfg.sandbox_image);
+            ccfg.bridge_name = cfg.bridge_name.clone();
+            let c = ManagedContainerd::start(ccfg).await?;
+            let socket = c.socket();
+            managed = Some(c);
+            socket
+        }
+    };
+    let imported = crate::images::import_dir(&socket, &cfg.images_dir()).await;
+    if imported > 0 {
+        tracing::info!(imported, dir = %cfg.images_dir().display(), "imported image tarballs");
+    }
+    let cri = CriClient::connect(&socket).await.map_err(|e| Error::Config(e.to_string()))?;
+    let version = cri.version().await.map_err(|e| Error::Config(e.to_string()))?;
+    let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
+
+    // Node registration.
+    let capacity = machine.capacity(cfg.max_pods);
+    let template = NodeTemplate {
+        name: node_name.clone(),
+        labels: cfg.labels.clone(),
+        annotations: BTreeMap::from([("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string())]),
+        pod_cidr: Some(pod_cidr.clone()),
+        taints: cfg.taints.clone(),
+        capacity: capacity.clone(),
+        allocatable: capacity.clone(),
+        internal_ip: node_ip.to_string(),
+        hostname: machine.hostname.clone(),
+        node_info: machine.node_info(&runtime_version),
+        kubelet_port: node::KUBELET_PORT,
+    };
+    let health = observe_health(&cri, &cfg.data_dir).await;
+    let registered =
+        node::register_node(&nodes, &template.to_node(node::node_conditions(&health, Timestamp::now(), &[]))).await?;
+    tracing::info!(node = %node_name, ip = %node_ip, pod_cidr = %pod_cidr, runtime = %runtime_version, "node registered");
+
+    let kubelet_root = cfg.data_dir.join("agent").join("kubelet");
+    let rcfg = PodRuntimeConfig {
+        node_name: node_name.clone(),
+        node_ip: node_ip.to_string(),
+        root_dir: kubelet_root,
+        cgroup_root: cfg.cgroup_root.clone(),
+        cluster_dns: cfg.cluster_dns.clone(),
+        cluster_domain: cfg.cluster_domain.clone(),
+        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        allocatable_cpu_millis: machine.cpus as i64 * 1000,
+        memory_capacity: machine.memory_bytes as i64,
+        allocatable_ephemeral_storage: machine.ephemeral_storage_bytes as i64,
+        runtime_name: version.runtime_name.clone(),
+    };
+    let host = ApiPodHost::new(client.clone(), &node_name);
+    let workers = PodWorkers::new(cri.clone(), host, rcfg);
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), lease::NODE_LEASE_NAMESPACE);
+    let holder = LeaseHolder { node_name: node_name.clone(), node_uid: registered.metadata.uid.clone() };
+    tokio::select! {
+        _ = lease::run_heartbeats(leases, vec![holder], lease::RENEW_INTERVAL) => {}
+        _ = sync_node_status(nodes.clone(), template, cri.clone(), cfg.data_dir.clone()) => {}
+        _ = watch_pods(client.clone(), node_name.clone(), workers.clone()) => {}
+        _ = workers.run() => {}
+    }
+    drop(managed);
+    Ok(())
+}
+
+/// Recomputes node status every 10 s and writes it when it changed, when the API's copy
+/// disagrees (e.g. the node lifecycle controller set Ready=Unknown), or every 5 minutes.
+async fn sync_node_status(nodes: Api<Node>, template: NodeTemplate, cri: CriClient, data_dir: PathBuf) {
+    let mut last_report = Instant::now();
+    let mut last_conditions = Vec::new();
+    loop {
+        tokio::time::sleep(NODE_STATUS_UPDATE).await;
+        let health = observe_health(&cri, &data_dir).await;
+        let current = match nodes.get_opt(&template.name).await {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                tracing::warn!(node = %template.name, "the Node object is gone; re-registering");
+                let node = template.to_node(node::node_conditions(&health, Timestamp::now(), &[]));
+                if let Err(e) = node::register_node(&nodes, &node).await {
+                    tracing::warn!(error = %e, "re-registering the node failed");
+                }
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the Node failed");
+                continue;
+            }
+        };
+        let api_conditions = current.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let conditions = node::node_conditions(&health, Timestamp::now(), &api_conditions);
+        let due = last_report.elapsed() >= NODE_STATUS_REPORT;
+        if !due
+            && !node::conditions_changed(&conditions, &api_conditions)
+            && !node::conditions_changed(&conditions, &last_conditions)
+        {
+            continue;
+        }
+        let patch = serde_json::json!({ "status": template.status(conditions.clone()) });
+        match nodes.patch_status(&template.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                last_report = Instant::now();
+                last_conditions = conditions;
+            }
+            Err(e) => tracing::warn!(error = %e, "updating node status failed"),
+        }
+    }
+}
+
+/// Watches the pods bound to `node_name` and hands them to the pod workers.
+async fn watch_pods(client: Client, node_name: String, workers: PodWorkers) {
+    let api: Api<Pod> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let mut stream = std::pin::pin!(watcher::watcher(api, cfg));
+    let mut listed: std::collections::HashMap<String, Pod> = std::collections::HashMap::new();
+    let mut relist: Option<std::collections::HashMap<String, Pod>> = None;
+    let ours = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str());
+    loop {
+        let event = match stream.try_next().await {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => relist = Some(std::collections::HashMap::new()),
+            watcher::Event::InitApply(p) if ours(&p) => {
+                if let Some(r) = relist.as_mut() {
+                    r.insert(p.uid().unwrap_or_default(), p.clone());
+                }
+                workers.update_pod(p);
+            }
+            watcher::Event::InitDone => {
+                if let Some(r) = relist.take() {
+                    for (uid, p) in listed.iter() {
+                        if !r.contains_key(uid) {
+                            workers.remove_pod(p);
+                        }
+                    }
+                    listed = r;
+                }
+                workers.mark_synced();
+            }
+            watcher::Event::Apply(p) if ours(&p) => {
+                listed.insert(p.uid().unwrap_or_default(), p.clone());
+                workers.update_pod(p);
+            }
+            watcher::Event::Delete(p) => {
+                listed.remove(&p.uid().unwrap_or_default());
+                workers.remove_pod(&p);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_paths_follow_the_data_dir() {
+        let cfg = AgentConfig::new("/var/lib/skiff");
+        assert_eq!(cfg.images_dir(), PathBuf::from("/var/lib/skiff/images"));
+        assert_eq!(
+            containerd_socket(Path::new("/var/lib/skiff")),
+            PathBuf::from("/var/lib/skiff/agent/containerd/containerd.sock")
+        );
+        assert_eq!(cfg.max_pods, 110);
+    }
+
+    #[tokio::test]
+    async fn node_ip_detection_always_yields_an_address() {
+        let ip = detect_node_ip().await;
+        assert!(!ip.is_unspecified());
+    }
+}

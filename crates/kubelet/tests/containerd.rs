@@ -1,0 +1,368 @@
+//! Integration test of the pod runtime on a real containerd: the test starts containerd with
+//! the agent's generated configuration in a temporary directory, imports the offline test
+//! images built by scripts/images/build.sh, and runs pods through `PodWorkers` with an
+//! in-memory API host.
+//!
+//! Requires root, containerd, runc, the CNI plugins (/usr/lib/cni) and busybox-static. When
+//! they are missing the test FAILS with instructions — it never passes silently.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, PodStatus, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use parking_lot::Mutex;
+use skiff_kubelet::containerd::{ContainerdConfig, ManagedContainerd};
+use skiff_kubelet::cri::CriClient;
+use skiff_kubelet::host::{PodEvent, PodHost};
+use skiff_kubelet::kuberuntime::{self, PodRuntimeConfig};
+use skiff_kubelet::pod_workers::PodWorkers;
+use skiff_kubelet::{images, logs};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BUSYBOX: &str = "skiff.local/busybox:1.35";
+const PAUSE: &str = "skiff.local/pause:3.9";
+
+/// In-memory API: records statuses, deletions and events; serves ConfigMaps and Secrets.
+#[derive(Default)]
+struct FakeHost {
+    statuses: Mutex<HashMap<String, PodStatus>>,
+    deleted: Mutex<HashSet<String>>,
+    events: Mutex<Vec<(String, PodEvent)>>,
+    config_maps: Mutex<HashMap<String, ConfigMap>>,
+}
+
+#[async_trait::async_trait]
+impl PodHost for FakeHost {
+    async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, skiff_kubelet::Error> {
+        Ok(self.config_maps.lock().get(&format!("{ns}/{name}")).cloned())
+    }
+    async fn secret(&self, _ns: &str, _name: &str) -> Result<Option<Secret>, skiff_kubelet::Error> {
+        Ok(None)
+    }
+    async fn service_account_token(
+        &self,
+        _pod: &Pod,
+        _audience: Option<String>,
+        _expiration_seconds: i64,
+    ) -> Result<Option<String>, skiff_kubelet::Error> {
+        Ok(Some("test-token".into()))
+    }
+    async fn update_pod_status(&self, pod: &Pod, status: &PodStatus) -> Result<(), skiff_kubelet::Error> {
+        self.statuses.lock().insert(pod.metadata.uid.clone().unwrap_or_default(), status.clone());
+        Ok(())
+    }
+    async fn delete_pod(&self, pod: &Pod) -> Result<(), skiff_kubelet::Error> {
+        self.deleted.lock().insert(pod.metadata.uid.clone().unwrap_or_default());
+        Ok(())
+    }
+    fn record_event(&self, pod: &Pod, event: PodEvent) {
+        self.events.lock().push((pod.metadata.uid.clone().unwrap_or_default(), event));
+    }
+}
+
+impl FakeHost {
+    fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.statuses.lock().get(uid).cloned()
+    }
+    fn event_reasons(&self, uid: &str) -> Vec<String> {
+        self.events.lock().iter().filter(|(u, _)| u == uid).map(|(_, e)| e.reason.clone()).collect()
+    }
+}
+
+/// Polls `f` every 100 ms until it returns Some, failing the test after `secs` seconds with
+/// `what` and the last status seen.
+async fn wait_for<T>(secs: u64, what: &str, host: &FakeHost, uid: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    wait_for_async(secs, what, host, uid, || std::future::ready(f())).await
+}
+
+/// [`wait_for`] with an asynchronous condition.
+async fn wait_for_async<T, F: std::future::Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    host: &FakeHost,
+    uid: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "timed out after {secs}s waiting for {what}\nlast status: {:#?}\nevents: {:?}",
+                host.status(uid),
+                host.events
+                    .lock()
+                    .iter()
+                    .filter(|(u, _)| u == uid)
+                    .map(|(_, e)| format!("{} {}", e.reason, e.message))
+                    .collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn require_environment() {
+    let is_root = rustix::process::geteuid().is_root();
+    let missing: Vec<&str> = [
+        ("containerd", "/usr/bin/containerd"),
+        ("runc", "/usr/sbin/runc"),
+        ("ctr", "/usr/bin/ctr"),
+        ("CNI bridge plugin", "/usr/lib/cni/bridge"),
+        ("busybox-static", "/bin/busybox"),
+    ]
+    .iter()
+    .filter(|(_, p)| !Path::new(p).exists())
+    .map(|(n, _)| *n)
+    .collect();
+    if !is_root || !missing.is_empty() {
+        panic!(
+            "this test runs real containers and needs root plus containerd, runc, the CNI plugins and busybox-static \
+             (apt-get install -y containerd runc containernetworking-plugins busybox-static); root: {is_root}, missing: {missing:?}"
+        );
+    }
+}
+
+fn pod(name: &str, uid: &str, containers: Vec<Container>, restart_policy: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            restart_policy: Some(restart_policy.into()),
+            termination_grace_period_seconds: Some(5),
+            node_name: Some("test-node".into()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn busybox(name: &str, command: &[&str]) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(BUSYBOX.into()),
+        command: (!command.is_empty()).then(|| command.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+fn running(status: &PodStatus) -> bool {
+    status.phase.as_deref() == Some("Running")
+        && status.container_statuses.iter().flatten().all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+async fn http_get(ip: &str, port: u16) -> std::io::Result<String> {
+    let mut s = tokio::net::TcpStream::connect((ip, port)).await?;
+    s.write_all(format!("GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    containerd: ManagedContainerd,
+    bridge: String,
+}
+
+impl Env {
+    async fn stop(mut self) {
+        self.containerd.shutdown().await;
+        let _ = std::process::Command::new("ip").args(["link", "del", &self.bridge]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pods_run_on_real_containerd() {
+    require_environment();
+    let dir = tempfile::Builder::new().prefix("skiff-kubelet-it").tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let data = dir.path().to_path_buf();
+
+    // Images: built offline from busybox-static.
+    let images_dir = data.join("images");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/images/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&images_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(out.status.success(), "image build failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    // containerd with the agent's config, on a private bridge and CIDR.
+    let n = std::process::id() % 200 + 20;
+    let bridge = format!("skt{n}");
+    let mut cfg = ContainerdConfig::for_data_dir(&data, &format!("10.211.{n}.0/24"), PAUSE);
+    cfg.bridge_name = bridge.clone();
+    cfg.network_name = format!("skiff-test-{n}");
+    let containerd = ManagedContainerd::start(cfg).await.unwrap_or_else(|e| panic!("starting containerd: {e}"));
+    let env = Env { _dir: dir, containerd, bridge };
+    let socket = env.containerd.socket();
+    assert_eq!(images::import_dir(&socket, &images_dir).await, 2, "both test images import");
+
+    let cri = CriClient::connect(&socket).await.unwrap_or_else(|e| panic!("connecting CRI: {e}"));
+    let version = cri.version().await.unwrap_or_else(|e| panic!("CRI Version: {e}"));
+    assert_eq!(version.runtime_name, "containerd");
+    assert!(cri.image_status(BUSYBOX).await.ok().flatten().is_some(), "busybox image is visible through CRI");
+
+    let host = Arc::new(FakeHost::default());
+    let rcfg = PodRuntimeConfig {
+        node_name: "test-node".into(),
+        node_ip: "127.0.0.1".into(),
+        root_dir: data.join("kubelet"),
+        cgroup_root: format!("/skiff-test-{n}"),
+        cluster_dns: vec![],
+        cluster_domain: "cluster.local".into(),
+        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        allocatable_cpu_millis: 2000,
+        memory_capacity: 4 << 30,
+        allocatable_ephemeral_storage: 10 << 30,
+        runtime_name: version.runtime_name.clone(),
+    };
+    let workers = PodWorkers::new(cri.clone(), host.clone(), rcfg);
+    let pleg = {
+        let w = workers.clone();
+        tokio::spawn(async move { w.run_pleg().await })
+    };
+
+    // 1. An HTTP server pod reaches Running with an IP and serves the page.
+    let mut web_container = busybox("web", &[]);
+    web_container.ports = Some(vec![ContainerPort { container_port: 80, ..Default::default() }]);
+    web_container.env = Some(vec![EnvVar {
+        name: "MY_POD".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: "metadata.name".into(), api_version: None }),
+            ..Default::default()
+        }),
+        value: None,
+    }]);
+    let web = pod("web", "uid-web", vec![web_container], "Always");
+    workers.update_pod(web.clone());
+    let status = wait_for(60, "web pod Running with an IP", &host, "uid-web", || {
+        host.status("uid-web").filter(|s| running(s) && s.pod_ip.is_some())
+    })
+    .await;
+    let ip = status.pod_ip.clone().unwrap_or_default();
+    assert!(ip.starts_with(&format!("10.211.{n}.")), "pod IP {ip} comes from the node's pod CIDR");
+    let ready = status.conditions.iter().flatten().find(|c| c.type_ == "Ready").map(|c| c.status.clone());
+    assert_eq!(ready.as_deref(), Some("True"));
+    let page = wait_for_async(30, "HTTP answer from the pod", &host, "uid-web", || async {
+        tokio::time::timeout(Duration::from_secs(2), http_get(&ip, 80)).await.ok()?.ok()
+    })
+    .await;
+    assert!(page.contains("Hello from skiff busybox"), "unexpected page: {page}");
+    let reasons = host.event_reasons("uid-web");
+    for r in ["Pulled", "Created", "Started"] {
+        assert!(reasons.iter().any(|x| x == r), "event {r} recorded; got {reasons:?}");
+    }
+
+    // 2. Logs are readable in the CRI format.
+    let logger = pod(
+        "logger",
+        "uid-logger",
+        vec![busybox("log", &["/bin/sh", "-c", "echo hello-from-$(MY_NAME); echo to-stderr >&2; exec sleep 3600"])],
+        "Always",
+    );
+    let mut logger = logger;
+    if let Some(spec) = logger.spec.as_mut() {
+        spec.containers[0].env =
+            Some(vec![EnvVar { name: "MY_NAME".into(), value: Some("skiff".into()), value_from: None }]);
+    }
+    workers.update_pod(logger.clone());
+    wait_for(60, "logger Running", &host, "uid-logger", || host.status("uid-logger").filter(running)).await;
+    let log_text = wait_for_async(30, "log lines", &host, "uid-logger", || async {
+        let path = workers.container_log_file(&logger, "log", false).await.ok().flatten()?;
+        let text = String::from_utf8(logs::read_log_file(&path, &logs::LogOptions::default()).ok()?).ok()?;
+        text.contains("to-stderr").then_some(text)
+    })
+    .await;
+    assert!(log_text.contains("hello-from-skiff\n"), "env expansion in command and stdout capture: {log_text:?}");
+
+    // 3. A container exiting 1 is restarted with back-off (CrashLoopBackOff).
+    let crasher =
+        pod("crasher", "uid-crash", vec![busybox("crash", &["/bin/sh", "-c", "echo boom; exit 1"])], "Always");
+    workers.update_pod(crasher.clone());
+    let s = wait_for(60, "CrashLoopBackOff after a restart", &host, "uid-crash", || {
+        host.status("uid-crash").filter(|s| {
+            s.container_statuses.iter().flatten().any(|c| {
+                c.restart_count >= 1
+                    && c.state.as_ref().and_then(|st| st.waiting.as_ref()).and_then(|w| w.reason.as_deref())
+                        == Some("CrashLoopBackOff")
+            })
+        })
+    })
+    .await;
+    let cs = &s.container_statuses.clone().unwrap_or_default()[0];
+    let last = cs.last_state.as_ref().and_then(|l| l.terminated.as_ref()).map(|t| t.exit_code);
+    assert_eq!(last, Some(1), "lastState shows the failed run");
+    wait_for(60, "second restart after the 10 s back-off", &host, "uid-crash", || {
+        host.status("uid-crash").filter(|s| s.container_statuses.iter().flatten().any(|c| c.restart_count >= 2))
+    })
+    .await;
+    assert!(host.event_reasons("uid-crash").iter().any(|r| r == "BackOff"), "BackOff event recorded");
+
+    // 4. A restartPolicy Never pod that exits 0 Succeeds.
+    let job = pod("job", "uid-job", vec![busybox("once", &["/bin/sh", "-c", "echo done"])], "Never");
+    workers.update_pod(job.clone());
+    wait_for(60, "job Succeeded", &host, "uid-job", || {
+        host.status("uid-job").filter(|s| s.phase.as_deref() == Some("Succeeded"))
+    })
+    .await;
+
+    // 5. A missing image reports ErrImagePull/ImagePullBackOff with a clear message.
+    let mut missing = busybox("nope", &[]);
+    missing.image = Some("skiff.local/does-not-exist:1".into());
+    let bad = pod("bad-image", "uid-bad", vec![missing], "Always");
+    workers.update_pod(bad.clone());
+    let s = wait_for(120, "ErrImagePull", &host, "uid-bad", || {
+        host.status("uid-bad").filter(|s| {
+            s.container_statuses.iter().flatten().any(|c| {
+                matches!(
+                    c.state.as_ref().and_then(|st| st.waiting.as_ref()).and_then(|w| w.reason.as_deref()),
+                    Some("ErrImagePull" | "ImagePullBackOff")
+                )
+            })
+        })
+    })
+    .await;
+    let msg = s.container_statuses.unwrap_or_default()[0]
+        .state
+        .clone()
+        .and_then(|st| st.waiting)
+        .and_then(|w| w.message)
+        .unwrap_or_default();
+    assert!(msg.contains("skiff images import"), "the message explains how to get the image offline: {msg}");
+
+    // 6. Deleting pods stops their containers and deletes the objects.
+    for p in [&web, &logger, &crasher, &job, &bad] {
+        let mut deleting = p.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        deleting.metadata.deletion_grace_period_seconds = Some(5);
+        workers.update_pod(deleting);
+    }
+    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad"] {
+        wait_for(60, "pod object deleted", &host, uid, || host.deleted.lock().contains(uid).then_some(())).await;
+        let rt = kuberuntime::runtime_pod(&cri, uid).await.unwrap_or_else(|e| panic!("runtime_pod: {e}"));
+        assert!(rt.running_containers().next().is_none(), "{uid}: no container runs after deletion");
+    }
+    let status = host.status("uid-web").unwrap_or_default();
+    assert!(matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")), "final phase written: {:?}", status.phase);
+    assert!(host.event_reasons("uid-web").iter().any(|r| r == "Killing"), "Killing event recorded");
+    assert!(http_get(&ip, 80).await.is_err(), "the pod no longer serves after deletion");
+
+    pleg.abort();
+    env.stop().await;
+    skiff_kubelet::cgroups::remove_cgroup_root(&format!("/skiff-test-{n}"));
+}

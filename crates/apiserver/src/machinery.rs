@@ -55,126 +55,47 @@ impl Selectors {
         } else {
             obj
         };
-        let _ = api_version;
-        self.field.matches(|f| Some(field_value(def, obj, f)))
+        self.field.matches(|f| skiff_apimachinery::fields::field_value(&api_version, def.kind, obj, f))
     }
 }
 
-/// The field-selector fields a resource supports (metadata.name and metadata.namespace first),
-/// per Kubernetes' per-type field label conversion functions.
+/// The field-selector fields a resource supports (`skiff_apimachinery::fields`).
 pub fn supported_fields(def: &ResourceDef) -> &'static [&'static str] {
-    match (def.group, def.kind) {
-        ("", "Pod") => &[
-            "metadata.name",
-            "metadata.namespace",
-            "spec.nodeName",
-            "spec.restartPolicy",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "spec.hostNetwork",
-            "status.phase",
-            "status.podIP",
-            "status.nominatedNodeName",
-        ],
-        ("", "Event") => &[
-            "metadata.name",
-            "metadata.namespace",
-            "involvedObject.kind",
-            "involvedObject.namespace",
-            "involvedObject.name",
-            "involvedObject.uid",
-            "involvedObject.apiVersion",
-            "involvedObject.resourceVersion",
-            "involvedObject.fieldPath",
-            "reason",
-            "reportingComponent",
-            "source",
-            "type",
-        ],
-        ("events.k8s.io", "Event") => &[
-            "metadata.name",
-            "metadata.namespace",
-            "regarding.kind",
-            "regarding.namespace",
-            "regarding.name",
-            "regarding.uid",
-            "regarding.apiVersion",
-            "regarding.resourceVersion",
-            "regarding.fieldPath",
-            "reason",
-            "reportingController",
-            "type",
-        ],
-        ("", "Node") => &["metadata.name", "metadata.namespace", "spec.unschedulable"],
-        ("", "Namespace") => &["metadata.name", "metadata.namespace", "status.phase"],
-        ("", "Secret") => &["metadata.name", "metadata.namespace", "type"],
-        ("", "Service") => &["metadata.name", "metadata.namespace", "spec.clusterIP", "spec.type"],
-        ("apps", "ReplicaSet") => &["metadata.name", "metadata.namespace", "status.replicas"],
-        _ => &["metadata.name", "metadata.namespace"],
-    }
+    skiff_apimachinery::fields::supported_fields(&def.api_version(), def.kind)
 }
 
-/// The string value of a selectable field of an object (external form); unset fields are "",
-/// booleans default to "false".
-pub fn field_value(def: &ResourceDef, obj: &Value, field: &str) -> String {
-    let lookup = if field == "source" && def.group.is_empty() { "source.component" } else { field };
-    match crate::util::path(obj, lookup) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ if field == "spec.unschedulable" || field == "spec.hostNetwork" => "false".into(),
-        _ if field == "status.replicas" => "0".into(),
-        _ => String::new(),
-    }
-}
-
-/// Applies a strategic merge patch (`application/strategic-merge-patch+json`).
+/// Applies a strategic merge patch (`application/strategic-merge-patch+json`) with the type's
+/// patch strategies; 415 for types without them.
 pub fn strategic_merge_patch(
     api_version: &str,
     kind: &str,
     original: &Value,
     patch: &Value,
 ) -> Result<Value, ApiError> {
-    let _ = (api_version, kind);
-    let mut out = original.clone();
-    json_patch::merge(&mut out, patch);
-    Ok(out)
+    skiff_apimachinery::patch::strategic_merge_patch(api_version, kind, original, patch)
 }
 
 /// Validates an object (with `old` on update) → the causes of a 422.
 pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
-    let _ = (api_version, kind, old);
-    let mut causes = Vec::new();
-    let name = crate::util::meta_str(obj, "name");
-    if name.is_empty() {
-        causes.push(Cause {
-            reason: "FieldValueRequired".into(),
-            message: "Required value: name or generateName is required".into(),
-            field: "metadata.name".into(),
-        });
-    }
-    causes
+    skiff_apimachinery::validation::validate(api_version, kind, obj, old)
 }
 
 /// Applies Kubernetes' defaults for the kind in place.
 pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
-    let _ = (api_version, kind, obj);
+    skiff_apimachinery::defaults::apply_defaults(api_version, kind, obj)
 }
 
 /// Table column definitions (`metav1.TableColumnDefinition` JSON) for a kind.
 pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
-    let _ = (api_version, kind);
-    vec![
-        serde_json::json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
-        serde_json::json!({"name": "Created At", "type": "date", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}),
-    ]
+    skiff_apimachinery::table::column_definitions(api_version, kind)
 }
 
 /// The cells of one table row for `obj`, matching [`column_definitions`].
-pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now_unix: i64) -> Vec<Value> {
-    let _ = (api_version, kind, now_unix);
-    vec![
-        Value::String(crate::util::meta_str(obj, "name").to_string()),
-        Value::String(crate::util::meta_str(obj, "creationTimestamp").to_string()),
-    ]
+pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: std::time::SystemTime) -> Vec<Value> {
+    skiff_apimachinery::table::row_cells(api_version, kind, obj, now)
+}
+
+/// The row conditions (`Completed` for finished pods).
+pub fn row_conditions(api_version: &str, kind: &str, obj: &Value) -> Vec<Value> {
+    skiff_apimachinery::table::row_conditions(api_version, kind, obj)
 }

@@ -41,11 +41,15 @@ pub fn partial_metadata(obj: &Value) -> Value {
 /// A Table of `objects`. `list_meta` becomes the Table's metadata (resourceVersion, continue).
 pub fn to_table(def: &ResourceDef, objects: &[Value], list_meta: Value, include: IncludeObject) -> Value {
     let api_version = def.api_version();
-    let now = crate::util::unix_now();
+    let now = std::time::SystemTime::now();
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
             let mut row = json!({"cells": machinery::row_cells(&api_version, def.kind, o, now)});
+            let conditions = machinery::row_conditions(&api_version, def.kind, o);
+            if !conditions.is_empty() {
+                row["conditions"] = Value::Array(conditions);
+            }
             match include {
                 IncludeObject::None => {}
                 IncludeObject::Metadata => row["object"] = partial_metadata(o),

@@ -151,9 +151,12 @@ async fn create_validates_namespace_body_and_media_type() {
         413
     );
 
-    let mut big = cm("big");
-    big["data"]["k"] = json!("x".repeat(1_700_000));
-    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", big).await.code, 413);
+    // ConfigMaps are limited to 1 MiB by validation; a Role has no such limit, so the store's
+    // 1.5 MiB object limit applies.
+    let big = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "big"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "resourceNames": ["x".repeat(1_700_000)]}]});
+    let r = json_call(c, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", big).await;
+    assert_eq!(r.code, 413, "{}", r.body);
 
     let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fromyaml\ndata:\n  a: b\n".to_vec();
     let y = call(c, "POST", "/api/v1/namespaces/default/configmaps", "application/yaml", Some(yaml), None).await;

@@ -292,11 +292,20 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// Whether a map key is a patch directive (`$patch`, `$retainKeys`, `$setElementOrder/x`,
+/// `$deleteFromPrimitiveList/x`) rather than data (JSON schemas have data keys like `$ref`).
+fn is_directive_key(k: &str) -> bool {
+    k == DIRECTIVE
+        || k == RETAIN_KEYS
+        || k.starts_with(&format!("{SET_ELEMENT_ORDER}/"))
+        || k.starts_with(&format!("{DELETE_FROM_PRIMITIVE_LIST}/"))
+}
+
 /// A value taken from the patch as is: `null` map entries and directive keys dropped, recursively.
 fn clean(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.into_iter().filter(|(k, v)| !v.is_null() && !k.starts_with('$')).map(|(k, v)| (k, clean(v))).collect(),
+            m.into_iter().filter(|(k, v)| !v.is_null() && !is_directive_key(k)).map(|(k, v)| (k, clean(v))).collect(),
         ),
         Value::Array(a) => Value::Array(
             a.into_iter().filter(|e| !matches!(e, Value::Object(m) if m.get(DIRECTIVE).is_some())).map(clean).collect(),
@@ -1025,6 +1034,17 @@ mod tests {
         assert!(supports_strategic_merge_patch("rbac.authorization.k8s.io/v1", "Role"));
         assert!(supports_strategic_merge_patch("v1", "ConfigMap"));
         assert!(!supports_strategic_merge_patch("stable.example.com/v1", "CronTab"));
+    }
+
+    #[test]
+    fn replaced_lists_keep_data_keys_that_look_like_directives() {
+        check_kind(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            json!({"spec": {"versions": [{"name": "v1"}]}}),
+            json!({"spec": {"versions": [{"name": "v2", "schema": {"openAPIV3Schema": {"$ref": "#/x", "$patch": "x"}}}]}}),
+            json!({"spec": {"versions": [{"name": "v2", "schema": {"openAPIV3Schema": {"$ref": "#/x"}}}]}}),
+        );
     }
 
     #[test]

@@ -16,9 +16,12 @@ pub mod api;
 pub mod cache;
 pub mod config;
 pub mod framework;
+pub mod informer;
 pub mod plugins;
 pub mod queue;
 pub mod schedule_one;
+pub mod scheduler;
 pub mod testing;
 
 pub use config::SchedulerConfig;
+pub use scheduler::run_scheduler;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, PodStatus, Secret,
+    ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec,
+    PodStatus, Probe, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -155,6 +156,15 @@ fn busybox(name: &str, command: &[&str]) -> Container {
         name: name.into(),
         image: Some(BUSYBOX.into()),
         command: (!command.is_empty()).then(|| command.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+fn exec_probe(cmd: &[&str]) -> Probe {
+    Probe {
+        exec: Some(ExecAction { command: Some(cmd.iter().map(|s| s.to_string()).collect()) }),
+        period_seconds: Some(1),
+        failure_threshold: Some(1),
         ..Default::default()
     }
 }
@@ -345,14 +355,66 @@ async fn pods_run_on_real_containerd() {
         .unwrap_or_default();
     assert!(msg.contains("skiff images import"), "the message explains how to get the image offline: {msg}");
 
-    // 6. Deleting pods stops their containers and deletes the objects.
-    for p in [&web, &logger, &crasher, &job, &bad] {
+    // 6. A failing liveness probe restarts the container; a readiness probe gates Ready.
+    let mut probed =
+        busybox("probed", &["/bin/sh", "-c", "touch /tmp/healthy; sleep 2; rm /tmp/healthy; exec sleep 3600"]);
+    probed.liveness_probe = Some(exec_probe(&["cat", "/tmp/healthy"]));
+    let mut gated = busybox("gated", &["/bin/sh", "-c", "exec sleep 3600"]);
+    gated.readiness_probe = Some(exec_probe(&["cat", "/tmp/ready"]));
+    let probes = pod("probes", "uid-probes", vec![probed, gated], "Always");
+    workers.update_pod(probes.clone());
+    wait_for(60, "liveness restart", &host, "uid-probes", || {
+        host.status("uid-probes")
+            .filter(|s| s.container_statuses.iter().flatten().any(|c| c.name == "probed" && c.restart_count >= 1))
+    })
+    .await;
+    assert!(host.event_reasons("uid-probes").iter().any(|r| r == "Unhealthy"), "Unhealthy event recorded");
+    let s = host.status("uid-probes").unwrap_or_default();
+    let gated_ready = s.container_statuses.iter().flatten().find(|c| c.name == "gated").map(|c| c.ready);
+    assert_eq!(gated_ready, Some(false), "readiness probe failing keeps the container unready");
+    let ready = s.conditions.iter().flatten().find(|c| c.type_ == "Ready").map(|c| c.status.clone());
+    assert_eq!(ready.as_deref(), Some("False"), "an unready container keeps the pod unready");
+    let gated_id = workers
+        .running_container_id("uid-probes", "gated")
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("gated container runs"));
+    let touched = cri.exec_sync(&gated_id, vec!["touch".into(), "/tmp/ready".into()], Duration::from_secs(10)).await;
+    assert_eq!(touched.map(|r| r.exit_code).ok(), Some(0));
+    wait_for(30, "readiness after the probe passes", &host, "uid-probes", || {
+        host.status("uid-probes")
+            .filter(|s| s.container_statuses.iter().flatten().any(|c| c.name == "gated" && c.ready))
+    })
+    .await;
+
+    // 7. A memory limit breach is reported as OOMKilled.
+    let mut hog = busybox("hog", &["/bin/sh", "-c", "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]);
+    hog.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: Some(
+            [("memory".to_string(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("32Mi".into()))].into(),
+        ),
+        ..Default::default()
+    });
+    let oom = pod("oom", "uid-oom", vec![hog], "Never");
+    workers.update_pod(oom.clone());
+    let s = wait_for(60, "OOMKilled", &host, "uid-oom", || {
+        host.status("uid-oom").filter(|s| s.phase.as_deref() == Some("Failed"))
+    })
+    .await;
+    let term =
+        s.container_statuses.unwrap_or_default()[0].state.clone().and_then(|st| st.terminated).unwrap_or_default();
+    assert_eq!(term.reason.as_deref(), Some("OOMKilled"), "terminated state: {term:?}");
+    assert_eq!(term.exit_code, 137);
+
+    // 8. Deleting pods stops their containers and deletes the objects.
+    for p in [&web, &logger, &crasher, &job, &bad, &probes, &oom] {
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
         deleting.metadata.deletion_grace_period_seconds = Some(5);
         workers.update_pod(deleting);
     }
-    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad"] {
+    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad", "uid-probes", "uid-oom"] {
         wait_for(60, "pod object deleted", &host, uid, || host.deleted.lock().contains(uid).then_some(())).await;
         let rt = kuberuntime::runtime_pod(&cri, uid).await.unwrap_or_else(|e| panic!("runtime_pod: {e}"));
         assert!(rt.running_containers().next().is_none(), "{uid}: no container runs after deletion");

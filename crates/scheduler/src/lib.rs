@@ -13,6 +13,7 @@
 //! Start reading at [`schedule_one::Scheduler::schedule_one`].
 
 pub mod api;
+pub mod bench;
 pub mod cache;
 pub mod config;
 pub mod framework;
@@ -23,5 +24,6 @@ pub mod schedule_one;
 pub mod scheduler;
 pub mod testing;
 
+pub use bench::{BenchCase, BenchOptions, BenchReport, bench_scheduling};
 pub use config::SchedulerConfig;
 pub use scheduler::run_scheduler;

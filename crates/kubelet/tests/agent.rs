@@ -1,0 +1,159 @@
+//! End-to-end: the node agent (`run_agent`) against a real skiff API server and a containerd it
+//! starts itself. Needs root, containerd, runc, the CNI plugins and busybox-static; fails
+//! loudly without them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{eventually, start_api_server};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Event, HTTPGetAction, Node, Pod, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use skiff_kubelet::{AgentConfig, run_agent};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn require_environment() {
+    let missing: Vec<&str> =
+        ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/bin/ctr", "/usr/lib/cni/bridge", "/bin/busybox"]
+            .into_iter()
+            .filter(|p| !Path::new(p).exists())
+            .collect();
+    let root = rustix::process::geteuid().is_root();
+    assert!(
+        root && missing.is_empty(),
+        "needs root plus containerd, runc, containernetworking-plugins and busybox-static (apt-get install -y containerd runc \
+         containernetworking-plugins busybox-static); root: {root}, missing: {missing:?}"
+    );
+}
+
+async fn http_get(ip: &str) -> Option<String> {
+    let fetch = async {
+        let mut s = tokio::net::TcpStream::connect((ip, 80)).await.ok()?;
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        Some(out)
+    };
+    tokio::time::timeout(Duration::from_secs(2), fetch).await.ok().flatten()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_registers_the_node_and_runs_pods_from_the_api() {
+    require_environment();
+    let api = start_api_server().await;
+    let client = api.client.clone();
+    let data = api.dir.path().join("node");
+    let images = data.join("images");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/images/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&images)
+        .output()
+        .unwrap_or_else(|e| panic!("build.sh: {e}"));
+    assert!(out.status.success(), "image build failed: {}", String::from_utf8_lossy(&out.stderr));
+
+    let n = std::process::id() % 200 + 20;
+    let mut cfg = AgentConfig::new(&data);
+    cfg.node_name = Some("agent-e2e".into());
+    cfg.node_ip = Some("127.0.0.1".parse().unwrap_or_else(|e| panic!("ip: {e}")));
+    cfg.pod_cidr = Some(format!("10.213.{n}.0/24"));
+    cfg.bridge_name = format!("ska{n}");
+    cfg.cgroup_root = format!("/skiff-agent-test-{n}");
+    let agent = tokio::spawn(run_agent(client.clone(), cfg.clone()));
+
+    // The node registers Ready with the runtime version and a lease.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = eventually(60, "node Ready", || async {
+        if agent.is_finished() {
+            panic!("the agent stopped early");
+        }
+        let n = nodes.get_opt("agent-e2e").await.ok()??;
+        let ready = n.status.as_ref()?.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(n)
+    })
+    .await;
+    let status = node.status.clone().unwrap_or_default();
+    let info = status.node_info.clone().unwrap_or_default();
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "runtime version {:?}",
+        info.container_runtime_version
+    );
+    assert_eq!(status.capacity.unwrap_or_default().get("pods").map(|q| q.0.clone()).as_deref(), Some("110"));
+    assert_eq!(node.spec.and_then(|s| s.pod_cidr), Some(format!("10.213.{n}.0/24")));
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    eventually(20, "node lease", || async { leases.get_opt("agent-e2e").await.ok().flatten() }).await;
+
+    // A pod bound to the node runs, gets an IP, passes its readiness probe and serves HTTP.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = Pod {
+        metadata: ObjectMeta { name: Some("web".into()), ..Default::default() },
+        spec: Some(PodSpec {
+            node_name: Some("agent-e2e".into()),
+            termination_grace_period_seconds: Some(5),
+            containers: vec![Container {
+                name: "web".into(),
+                image: Some("skiff.local/busybox:1.35".into()),
+                ports: Some(vec![ContainerPort { container_port: 80, ..Default::default() }]),
+                readiness_probe: Some(Probe {
+                    http_get: Some(HTTPGetAction {
+                        port: IntOrString::Int(80),
+                        path: Some("/".into()),
+                        ..Default::default()
+                    }),
+                    period_seconds: Some(1),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    pods.create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("create pod: {e}"));
+    let status = eventually(90, "pod Running and Ready", || async {
+        let s = pods.get("web").await.ok()?.status?;
+        let ready = s.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        (s.phase.as_deref() == Some("Running") && ready).then_some(s)
+    })
+    .await;
+    let ip = status.pod_ip.clone().unwrap_or_default();
+    assert!(ip.starts_with(&format!("10.213.{n}.")), "pod IP {ip}");
+    assert_eq!(status.host_ip.as_deref(), Some("127.0.0.1"));
+    let page = eventually(20, "HTTP page", || http_get(&ip)).await;
+    assert!(page.contains("Hello from skiff busybox"));
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let reasons = eventually(20, "Started event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let reasons: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("web"))
+            .filter_map(|e| e.reason)
+            .collect();
+        reasons.iter().any(|r| r == "Started").then_some(reasons)
+    })
+    .await;
+    assert!(reasons.iter().any(|r| r == "Created"), "events: {reasons:?}");
+
+    // Graceful deletion stops the container and removes the object.
+    pods.delete("web", &DeleteParams::default()).await.unwrap_or_else(|e| panic!("delete: {e}"));
+    eventually(60, "pod object gone", || async { pods.get_opt("web").await.ok()?.is_none().then_some(()) }).await;
+    assert!(http_get(&ip).await.is_none(), "the pod stopped serving");
+
+    agent.abort();
+    let _ = agent.await;
+    // Give the supervisor a moment to stop containerd, then clean the host.
+    let socket = skiff_kubelet::agent::containerd_socket(&data);
+    eventually(20, "containerd stopped", || async {
+        skiff_kubelet::cri::CriClient::connect(&socket).await.is_err().then_some(())
+    })
+    .await;
+    let _ = std::process::Command::new("ip").args(["link", "del", &cfg.bridge_name]).status();
+    skiff_kubelet::cgroups::remove_cgroup_root(&cfg.cgroup_root);
+    api.server.shutdown(Duration::from_secs(1)).await;
+}

@@ -140,15 +140,42 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     .await;
     assert!(reasons.iter().any(|r| r == "Created"), "events: {reasons:?}");
 
+    // After an agent restart the running pod is adopted, not restarted.
+    let container_id = status.container_statuses.clone().unwrap_or_default()[0].container_id.clone();
+    agent.abort();
+    let _ = agent.await;
+    let socket = skiff_kubelet::agent::containerd_socket(&data);
+    eventually(20, "containerd stopped", || async {
+        skiff_kubelet::cri::CriClient::connect(&socket).await.is_err().then_some(())
+    })
+    .await;
+    let agent = tokio::spawn(run_agent(client.clone(), cfg.clone()));
+    let mut second = pod.clone();
+    second.metadata.name = Some("after-restart".into());
+    if let Some(spec) = second.spec.as_mut() {
+        spec.containers[0].readiness_probe = None;
+    }
+    pods.create(&PostParams::default(), &second).await.unwrap_or_else(|e| panic!("create pod: {e}"));
+    eventually(90, "a new pod Running after the agent restart", || async {
+        (pods.get("after-restart").await.ok()?.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let adopted = pods.get("web").await.ok().and_then(|p| p.status).unwrap_or_default();
+    let cs = adopted.container_statuses.unwrap_or_default();
+    assert_eq!(cs[0].container_id, container_id, "the same container keeps running");
+    assert_eq!(cs[0].restart_count, 0);
+    assert!(http_get(&ip).await.is_some_and(|p| p.contains("Hello")), "the adopted pod still serves");
+    pods.delete("after-restart", &DeleteParams::default()).await.unwrap_or_else(|e| panic!("delete: {e}"));
+
     // Graceful deletion stops the container and removes the object.
     pods.delete("web", &DeleteParams::default()).await.unwrap_or_else(|e| panic!("delete: {e}"));
     eventually(60, "pod object gone", || async { pods.get_opt("web").await.ok()?.is_none().then_some(()) }).await;
     assert!(http_get(&ip).await.is_none(), "the pod stopped serving");
 
+    eventually(60, "second pod gone", || async { pods.get_opt("after-restart").await.ok()?.is_none().then_some(()) }).await;
     agent.abort();
     let _ = agent.await;
-    // Give the supervisor a moment to stop containerd, then clean the host.
-    let socket = skiff_kubelet::agent::containerd_socket(&data);
+    // Wait for the supervisor to stop containerd, then clean the host.
     eventually(20, "containerd stopped", || async {
         skiff_kubelet::cri::CriClient::connect(&socket).await.is_err().then_some(())
     })

@@ -26,6 +26,7 @@ pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod protobuf;
 pub mod registry;
 pub mod rest;
 pub mod schema;

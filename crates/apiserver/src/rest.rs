@@ -280,8 +280,9 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<(Value, bool), ApiE
                 .map(|v| (v, false))
                 .map_err(|e| ApiError::bad_request(format!("yaml parse error: {e}")))
         }
+        crate::protobuf::MEDIA_TYPE => crate::protobuf::decode(body).map(|v| (v, false)),
         other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml"
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
         ))),
     }
 }

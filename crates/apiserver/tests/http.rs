@@ -134,15 +134,8 @@ async fn create_validates_namespace_body_and_media_type() {
     assert_eq!(malformed.code, 400);
     assert_eq!(malformed.body["kind"], "Status");
 
-    let proto = call(
-        c,
-        "POST",
-        "/api/v1/namespaces/default/configmaps",
-        "application/vnd.kubernetes.protobuf",
-        Some(vec![1, 2]),
-        None,
-    )
-    .await;
+    let proto =
+        call(c, "POST", "/api/v1/namespaces/default/configmaps", "application/cbor", Some(vec![1, 2]), None).await;
     assert_eq!(proto.code, 415);
 
     let huge = vec![b' '; 3 * 1024 * 1024 + 10];

@@ -1,0 +1,358 @@
+//! End-to-end: the real `skiff server --disable-agent` binary driven by the real `kubectl`.
+//!
+//! Each test starts its own server on a free loopback port with a temp data dir, and gives
+//! kubectl its own `--cache-dir`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Server { child: None, dir, port: free_port() };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--etcd-compaction-interval", "0"])
+            .arg("--https-listen-port")
+            .arg(self.port.to_string())
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting skiff server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig().exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("skiff server exited with {status}: {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "server not ready: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("data/kubeconfig.yaml")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(self.kubeconfig()).arg("--cache-dir").arg(self.dir.path().join("kubectl-cache"));
+        c.args(args);
+        c
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running kubectl")
+    }
+
+    /// Runs kubectl, asserting success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl, asserting failure; returns stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    fn apply_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child =
+            self.command(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn ok_stdin(&self, args: &[&str], input: &str) -> String {
+        let out = self.apply_stdin(args, input);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("server did not exit after SIGTERM: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.25
+        ports:
+        - containerPort: 80
+";
+
+#[test]
+fn kubectl_create_get_apply_patch_replace_delete() {
+    let s = Server::start();
+    assert!(s.ok(&["version"]).contains("Server Version: v1.33"));
+
+    // create / get in every output format.
+    s.ok(&["create", "configmap", "c1", "--from-literal=k=v"]);
+    let json: serde_json::Value = serde_json::from_str(&s.ok(&["get", "configmap", "c1", "-o", "json"])).unwrap();
+    assert_eq!(json["data"]["k"], "v");
+    assert!(s.ok(&["get", "configmap", "c1", "-o", "yaml"]).contains("name: c1"));
+    assert_eq!(s.ok(&["get", "configmap", "c1", "-o", "jsonpath={.data.k}"]), "v");
+    assert!(s.ok(&["get", "configmaps"]).contains("c1"));
+
+    // apply: create, then update through a strategic merge patch.
+    assert!(s.ok_stdin(&["apply", "-f", "-"], DEPLOYMENT).contains("deployment.apps/web created"));
+    let changed = DEPLOYMENT.replace("replicas: 3", "replicas: 5").replace("nginx:1.25", "nginx:1.27");
+    assert!(s.ok_stdin(&["apply", "-f", "-"], &changed).contains("deployment.apps/web configured"));
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.metadata.generation}"
+        ]),
+        "5 nginx:1.27 2"
+    );
+    // Defaults are applied server-side.
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.strategy.type} {.spec.revisionHistoryLimit}"]),
+        "RollingUpdate 10"
+    );
+
+    // patch of each type.
+    s.ok(&["patch", "deploy", "web", "--type=merge", "-p", r#"{"spec":{"replicas":2}}"#]);
+    s.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels/tier","value":"front"}]"#,
+    ]);
+    s.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"nginx","image":"nginx:1.28"}]}}}}"#,
+    ]);
+    assert_eq!(
+        s.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.labels.tier} {.spec.template.spec.containers[0].image}"
+        ]),
+        "2 front nginx:1.28"
+    );
+    s.ok(&["scale", "deploy", "web", "--replicas=4"]);
+    s.ok(&["set", "image", "deploy/web", "nginx=nginx:1.29"]);
+    s.ok(&["label", "configmap", "c1", "team=a"]);
+    s.ok(&["annotate", "configmap", "c1", "note=x"]);
+    assert_eq!(
+        s.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}"]),
+        "4 nginx:1.29"
+    );
+
+    // replace with a stale resourceVersion → Conflict.
+    let stale = s.ok(&["get", "configmap", "c1", "-o", "yaml"]);
+    s.ok(&["label", "configmap", "c1", "team=b", "--overwrite"]);
+    let out = s.apply_stdin(&["replace", "-f", "-"], &stale);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Conflict") && err.contains("the object has been modified"), "{err}");
+
+    // dry-run=server persists nothing.
+    s.ok(&["create", "configmap", "dry", "--from-literal=a=b", "--dry-run=server"]);
+    assert!(s.fails(&["get", "configmap", "dry"]).contains("NotFound"));
+
+    // --validate=strict rejects unknown fields.
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: strict\nbogus: 1\n";
+    let out = s.apply_stdin(&["create", "--validate=strict", "-f", "-"], bad);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown field \"bogus\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // 422 with causes as kubectl prints them.
+    let invalid = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Not_Valid\n";
+    let out = s.apply_stdin(&["create", "-f", "-"], invalid);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is invalid"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // delete.
+    s.ok(&["delete", "configmap", "c1"]);
+    assert!(s.fails(&["get", "configmap", "c1"]).contains("NotFound"));
+    s.ok(&["delete", "deploy", "web"]);
+}
+
+#[test]
+fn kubectl_selectors_chunking_discovery_and_explain() {
+    let s = Server::start();
+    for i in 0..5 {
+        s.ok(&["create", "configmap", &format!("c{i}"), "--from-literal=k=v"]);
+        s.ok(&["label", "configmap", &format!("c{i}"), &format!("parity={}", if i % 2 == 0 { "even" } else { "odd" })]);
+    }
+    let names = |args: &[&str]| {
+        let mut v: Vec<String> = s.ok(args).lines().map(|l| l.trim_start_matches("configmap/").to_string()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&["get", "cm", "-l", "parity=odd", "-o", "name"]), vec!["c1", "c3"]);
+    assert_eq!(names(&["get", "cm", "-l", "parity in (even)", "-o", "name"]), vec!["c0", "c2", "c4"]);
+    assert_eq!(names(&["get", "cm", "--field-selector", "metadata.name=c2", "-o", "name"]), vec!["c2"]);
+    assert!(s.fails(&["get", "pods", "--field-selector", "spec.bogus=x"]).contains("field label not supported"));
+    let chunked = names(&["get", "cm", "-l", "parity", "--chunk-size=2", "-o", "name"]);
+    assert_eq!(chunked, vec!["c0", "c1", "c2", "c3", "c4"]);
+    assert_eq!(s.ok(&["get", "cm", "--chunk-size=1", "-l", "parity", "-o", "name"]).lines().count(), 5);
+
+    let resources = s.ok(&["api-resources"]);
+    for r in ["deployments", "replicasets", "pods", "namespaces", "leases", "clusterroles", "customresourcedefinitions"]
+    {
+        assert!(resources.contains(r), "{r} missing from api-resources:\n{resources}");
+    }
+    assert!(s.ok(&["api-versions"]).contains("apps/v1"));
+    let explain = s.ok(&["explain", "pods.spec.containers"]);
+    assert!(explain.contains("FIELD: containers") || explain.contains("containers"), "{explain}");
+    assert!(s.ok(&["explain", "deployments"]).contains("Deployment enables declarative updates"));
+    assert!(s.ok(&["get", "ns"]).contains("kube-node-lease"));
+}
+
+#[test]
+fn kubectl_get_watch_sees_added_modified_deleted() {
+    let s = Server::start();
+    let mut watch = s
+        .command(&[
+            "get",
+            "configmaps",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "custom-columns=NAME:.metadata.name,V:.data.k",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let expect = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) if line.split_whitespace().collect::<Vec<_>>().join(" ") == want => return,
+                Ok(_) => continue,
+                Err(_) => panic!("no watch line {want:?}"),
+            }
+        }
+    };
+    // The watch has started once the header appears... create after a first round-trip.
+    s.ok(&["create", "configmap", "w1", "--from-literal=k=one"]);
+    expect("ADDED w1 one");
+    s.ok(&["patch", "configmap", "w1", "--type=merge", "-p", r#"{"data":{"k":"two"}}"#]);
+    expect("MODIFIED w1 two");
+    s.ok(&["delete", "configmap", "w1"]);
+    expect("DELETED w1 two");
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_restart_keeps_objects_and_certificates() {
+    let mut s = Server::start();
+    s.ok(&["create", "configmap", "persisted", "--from-literal=k=v"]);
+    let ca_before = std::fs::read(s.dir.path().join("data/tls/ca.crt")).unwrap();
+    let status = s.stop();
+    assert!(status.success(), "exit status {status}: {}", s.log());
+    s.spawn();
+    assert_eq!(std::fs::read(s.dir.path().join("data/tls/ca.crt")).unwrap(), ca_before);
+    assert_eq!(s.ok(&["get", "configmap", "persisted", "-o", "jsonpath={.data.k}"]), "v");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(s.kubeconfig()).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -1,0 +1,164 @@
+//! Matching one `PolicyRule` against request attributes, exactly as Kubernetes' RBAC evaluates
+//! it (`RuleAllows` in <https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-resources>).
+//!
+//! - verbs: `*` or the request's verb;
+//! - apiGroups: `*` or the request's group (`""` is the core group);
+//! - resources: `*`, the request's `resource` or `resource/subresource`, or `*/subresource`;
+//! - resourceNames: empty (any name) or containing the request's name — a request without a
+//!   name (list, create, deletecollection) never matches a rule that lists names;
+//! - nonResourceURLs: `*`, the exact path, or a prefix ending in `*` (`/healthz/*`).
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use super::Attributes;
+
+/// The verb wildcard.
+pub const VERB_ALL: &str = "*";
+/// The API group wildcard.
+pub const API_GROUP_ALL: &str = "*";
+/// The resource wildcard.
+pub const RESOURCE_ALL: &str = "*";
+/// The non-resource URL wildcard.
+pub const NON_RESOURCE_ALL: &str = "*";
+
+pub(crate) fn list(v: &Option<Vec<String>>) -> &[String] {
+    v.as_deref().unwrap_or(&[])
+}
+
+/// The rules of a Role/ClusterRole (`None` = no rules).
+pub(crate) fn list_rules(v: &Option<Vec<PolicyRule>>) -> &[PolicyRule] {
+    v.as_deref().unwrap_or(&[])
+}
+
+fn has(set: &[String], item: &str) -> bool {
+    set.iter().any(|s| s == item)
+}
+
+/// Whether `rule` allows the request described by `attrs`.
+pub fn rule_allows(attrs: &Attributes<'_>, rule: &PolicyRule) -> bool {
+    if attrs.resource_request {
+        verb_matches(rule, attrs.verb)
+            && api_group_matches(rule, attrs.api_group)
+            && resource_matches(rule, attrs.resource, attrs.subresource)
+            && resource_name_matches(rule, attrs.name)
+    } else {
+        verb_matches(rule, attrs.verb) && non_resource_url_matches(rule, attrs.path)
+    }
+}
+
+/// `verbs` contains `*` or `verb`.
+pub fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
+    rule.verbs.iter().any(|v| v == VERB_ALL || v == verb)
+}
+
+/// `apiGroups` contains `*` or `group`.
+pub fn api_group_matches(rule: &PolicyRule, group: &str) -> bool {
+    list(&rule.api_groups).iter().any(|g| g == API_GROUP_ALL || g == group)
+}
+
+/// `resources` contains `*`, `resource` (no subresource), `resource/subresource`, or
+/// `*/subresource`.
+pub fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
+    for r in list(&rule.resources) {
+        if r == RESOURCE_ALL {
+            return true;
+        }
+        if subresource.is_empty() {
+            if r == resource {
+                return true;
+            }
+            continue;
+        }
+        if let Some((res, sub)) = r.split_once('/') {
+            if sub == subresource && (res == resource || res == "*") {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// `resourceNames` is empty or contains `name`.
+pub fn resource_name_matches(rule: &PolicyRule, name: &str) -> bool {
+    let names = list(&rule.resource_names);
+    names.is_empty() || has(names, name)
+}
+
+/// `nonResourceURLs` contains `*`, `path`, or a `prefix*` that `path` starts with.
+pub fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
+    list(&rule.non_resource_urls).iter().any(|u| {
+        u == NON_RESOURCE_ALL || u == path || u.strip_suffix('*').is_some_and(|prefix| path.starts_with(prefix))
+    })
+}
+
+/// A `PolicyRule` from string slices (empty slices become `None`, as the API omits them).
+pub fn policy_rule(verbs: &[&str], api_groups: &[&str], resources: &[&str]) -> PolicyRule {
+    let opt = |v: &[&str]| if v.is_empty() { None } else { Some(v.iter().map(|s| s.to_string()).collect()) };
+    PolicyRule {
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        api_groups: opt(api_groups),
+        resources: opt(resources),
+        resource_names: None,
+        non_resource_urls: None,
+    }
+}
+
+/// A non-resource `PolicyRule`.
+pub fn non_resource_rule(verbs: &[&str], urls: &[&str]) -> PolicyRule {
+    PolicyRule {
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        non_resource_urls: Some(urls.iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+/// Adds `resourceNames` to a rule built by [`policy_rule`].
+pub fn with_names(mut rule: PolicyRule, names: &[&str]) -> PolicyRule {
+    rule.resource_names = Some(names.iter().map(|s| s.to_string()).collect());
+    rule
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UserInfo;
+
+    #[test]
+    fn subresource_rules_match_only_their_subresource_or_the_wildcard() {
+        let u = UserInfo::new("u", Vec::<String>::new());
+        let log = Attributes::resource(&u, "get", "", "pods", "default", "p").with_subresource("log");
+        let plain = Attributes::resource(&u, "get", "", "pods", "default", "p");
+        let cases = [
+            (vec!["pods"], &log, false),
+            (vec!["pods"], &plain, true),
+            (vec!["pods/log"], &log, true),
+            (vec!["pods/log"], &plain, false),
+            (vec!["*/log"], &log, true),
+            (vec!["*/status"], &log, false),
+            (vec!["*"], &log, true),
+            (vec!["deployments/log"], &log, false),
+        ];
+        for (resources, attrs, want) in cases {
+            let rule = policy_rule(&["get"], &[""], &resources);
+            assert_eq!(rule_allows(attrs, &rule), want, "{resources:?} vs {}/{}", attrs.resource, attrs.subresource);
+        }
+    }
+
+    #[test]
+    fn non_resource_urls_match_exactly_or_by_star_prefix() {
+        let u = UserInfo::new("u", Vec::<String>::new());
+        let cases = [
+            ("/healthz", "/healthz", true),
+            ("/healthz", "/healthz/etcd", false),
+            ("/healthz/*", "/healthz/etcd", true),
+            ("/healthz/*", "/healthz", false),
+            ("/healthz*", "/healthz", true),
+            ("*", "/anything", true),
+            ("/api", "/apis", false),
+        ];
+        for (url, path, want) in cases {
+            let rule = non_resource_rule(&["get"], &[url]);
+            assert_eq!(rule_allows(&Attributes::non_resource(&u, "get", path), &rule), want, "{url} vs {path}");
+        }
+    }
+}

@@ -54,8 +54,9 @@ use crate::{
     Revision, WatchResponse, WatchStream, prefix_range_end,
 };
 
-/// Idle read connections kept open for reuse.
-const MAX_IDLE_READERS: usize = 8;
+/// Reads running at once (each on its own pooled connection); more wait their turn, so a burst
+/// of reads never opens a burst of connections.
+const MAX_READERS: usize = 16;
 /// At most this many events per message when a watcher catches up from history.
 const CATCH_UP_EVENTS: usize = 512;
 /// At most about this many value bytes per message when a watcher catches up from history.
@@ -73,6 +74,8 @@ pub struct SqliteStats {
     /// Every history row at or below this revision has been compacted physically (it trails
     /// [`Backend::compacted_revision`] while a compaction is in progress).
     pub compacted_through: Revision,
+    /// The longest compaction transaction so far: the longest a write waited for compaction.
+    pub longest_compaction_chunk: Duration,
 }
 
 #[derive(Default)]
@@ -81,6 +84,7 @@ struct Stats {
     writes: AtomicU64,
     compaction_chunks: AtomicU64,
     compact_cursor: AtomicI64,
+    longest_chunk_micros: AtomicU64,
 }
 
 /// State shared by the backend handle, the writer thread and watch tasks.
@@ -96,6 +100,7 @@ struct Shared {
     force_checkpoint: AtomicBool,
     readers: Mutex<Vec<Connection>>,
     readers_closed: AtomicBool,
+    read_permits: tokio::sync::Semaphore,
     progress_interval: Duration,
 }
 
@@ -113,7 +118,7 @@ impl Shared {
         let result = f(&mut conn);
         if conn.is_autocommit() && !self.readers_closed.load(Ordering::SeqCst) {
             let mut idle = self.readers.lock();
-            if idle.len() < MAX_IDLE_READERS {
+            if idle.len() < MAX_READERS {
                 idle.push(conn);
             }
         }
@@ -176,6 +181,7 @@ impl SqliteBackend {
             force_checkpoint: AtomicBool::new(false),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
+            read_permits: tokio::sync::Semaphore::new(MAX_READERS),
             progress_interval: opts.progress_interval.max(Duration::from_millis(10)),
         });
         let mut writer = Writer::load(conn, path, shared.clone(), opts.compaction_interval)?;
@@ -220,6 +226,7 @@ impl SqliteBackend {
             writes: s.writes.load(Ordering::Relaxed),
             compaction_chunks: s.compaction_chunks.load(Ordering::Relaxed),
             compacted_through: s.compact_cursor.load(Ordering::SeqCst),
+            longest_compaction_chunk: Duration::from_micros(s.longest_chunk_micros.load(Ordering::Relaxed)),
         }
     }
 
@@ -238,10 +245,21 @@ impl SqliteBackend {
         F: FnOnce(&Shared, &mut Connection) -> Result<R> + Send + 'static,
     {
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || shared.with_reader(|c| f(&shared, c)))
-            .await
-            .map_err(|e| Error::Internal(format!("store read task failed: {e}")))?
+        blocking_read(&self.shared, move || shared.with_reader(|c| f(&shared, c))).await
     }
+}
+
+/// Runs a read on the blocking pool, at most [`MAX_READERS`] at once.
+async fn blocking_read<R: Send + 'static>(
+    shared: &Shared,
+    f: impl FnOnce() -> Result<R> + Send + 'static,
+) -> Result<R> {
+    let _permit = shared
+        .read_permits
+        .acquire()
+        .await
+        .map_err(|_| Error::Unavailable(format!("store {} is closed", shared.path.display())))?;
+    tokio::task::spawn_blocking(f).await.map_err(|e| Error::Internal(format!("store read task failed: {e}")))?
 }
 
 impl Drop for SqliteBackend {
@@ -536,11 +554,9 @@ async fn watch_task(shared: Arc<Shared>, mut w: WatchTask, mut synced: bool) {
                     Register::Closed => return,
                     Register::Behind(upto) => {
                         let (s, prefix, after) = (shared.clone(), w.prefix.clone(), w.after);
-                        let result = tokio::task::spawn_blocking(move || {
-                            s.with_reader(|c| read_events(&s, c, &prefix, after, upto))
-                        })
-                        .await
-                        .unwrap_or_else(|e| Err(Error::Internal(format!("watch read task failed: {e}"))));
+                        let result =
+                            blocking_read(&shared, move || s.with_reader(|c| read_events(&s, c, &prefix, after, upto)))
+                                .await;
                         match result {
                             Ok((events, through)) => {
                                 if !events.is_empty() && w.tx.send(Ok(WatchResponse::Events(events))).await.is_err() {
@@ -617,6 +633,7 @@ mod tests {
             force_checkpoint: AtomicBool::new(false),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
+            read_permits: tokio::sync::Semaphore::new(MAX_READERS),
             progress_interval: Duration::from_secs(1),
         });
         Writer::load(schema::open_connection(path, true).expect("conn"), path, shared, None).expect("load")

@@ -192,7 +192,7 @@ impl Hub {
         if std::mem::take(&mut e.sent_since_tick) {
             return Status::Synced;
         }
-        match e.tx.try_send(Ok(WatchResponse::Progress { revision: published.max(e.after) })) {
+        match e.tx.try_send(Ok(WatchResponse::Progress { revision: published })) {
             // A full channel means the consumer is busy, not idle: no bookmark needed.
             Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => Status::Synced,
             Err(mpsc::error::TrySendError::Closed(_)) => {

@@ -32,8 +32,11 @@ use crate::{Error, EventType, KeyValue, Result, Revision};
 pub(super) const MAX_BATCH_OPS: usize = 4096;
 /// At most about this many value bytes go into one transaction.
 pub(super) const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
-/// History rows examined per compaction transaction.
+/// History rows examined by the first compaction transaction; later ones adapt their size so
+/// that each takes about [`COMPACTION_CHUNK_TARGET`].
 pub(super) const COMPACTION_CHUNK: usize = 256;
+/// How long one compaction transaction should hold the write lock.
+const COMPACTION_CHUNK_TARGET: Duration = Duration::from_millis(2);
 /// Bytes written between checkpoint requests to the checkpointer thread.
 const CHECKPOINT_EVERY_BYTES: u64 = 8 * 1024 * 1024;
 /// WAL size at which the writer checkpoints itself (the background checkpointer could not
@@ -92,6 +95,8 @@ pub(super) struct Writer {
     compaction_interval: Option<Duration>,
     checkpoint_tx: Option<std::sync::mpsc::SyncSender<()>>,
     bytes_since_checkpoint: u64,
+    /// Rows per compaction transaction, adapted to [`COMPACTION_CHUNK_TARGET`].
+    chunk_rows: usize,
 }
 
 /// Reads `meta.name`.
@@ -176,6 +181,7 @@ impl Writer {
             compaction_interval,
             checkpoint_tx: None,
             bytes_since_checkpoint: 0,
+            chunk_rows: COMPACTION_CHUNK,
         })
     }
 
@@ -252,7 +258,7 @@ impl Writer {
                 next_tick = Some(Instant::now() + interval);
             }
             if self.compact_cursor < self.compacted
-                && let Err(e) = self.compact_chunk(COMPACTION_CHUNK)
+                && let Err(e) = self.compact_chunk_adaptive()
             {
                 tracing::warn!(error = %e, "compaction chunk failed; retrying later");
                 // Do not spin on a persistent failure.
@@ -358,6 +364,19 @@ impl Writer {
         Ok(())
     }
 
+    /// One compaction transaction, sized from the previous ones' duration.
+    fn compact_chunk_adaptive(&mut self) -> Result<()> {
+        let started = Instant::now();
+        self.compact_chunk(self.chunk_rows)?;
+        let took = started.elapsed();
+        if took > COMPACTION_CHUNK_TARGET {
+            self.chunk_rows = (self.chunk_rows / 2).max(16);
+        } else if took < COMPACTION_CHUNK_TARGET / 2 {
+            self.chunk_rows = (self.chunk_rows * 2).min(4096);
+        }
+        Ok(())
+    }
+
     /// Processes up to `chunk` history rows after the compaction cursor in one transaction.
     ///
     /// For each row `r` at or below the compacted revision `C`: the value it replaced
@@ -394,6 +413,7 @@ impl Writer {
             conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(new_cursor)
         };
+        let started = Instant::now();
         let result = run();
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
@@ -404,6 +424,7 @@ impl Writer {
         restore.map_err(|e| internal(&self.path, e))?;
         self.compact_cursor = new_cursor;
         self.shared.stats.compaction_chunks.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats.longest_chunk_micros.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.shared.stats.compact_cursor.store(new_cursor, Ordering::SeqCst);
         if new_cursor >= self.compacted {
             self.incremental_vacuum();

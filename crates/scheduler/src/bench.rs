@@ -189,9 +189,12 @@ pub async fn bench_scheduling(opts: BenchOptions) -> BenchReport {
     let case = opts.case;
     let opts2 = opts.clone();
     let joined = tokio::task::spawn_blocking(move || {
-        let run = |sched: &mut Scheduler, prefix: &str, n: usize, lat: Option<&mut Vec<Duration>>| -> (usize, usize) {
-            for i in 0..n {
-                queue.add(Arc::new(PodInfo::new(bench_pod(&format!("{prefix}-{i}"), case))));
+        let make = |prefix: &str, n: usize| -> Vec<Arc<PodInfo>> {
+            (0..n).map(|i| Arc::new(PodInfo::new(bench_pod(&format!("{prefix}-{i}"), case)))).collect()
+        };
+        let run = |sched: &mut Scheduler, pods: Vec<Arc<PodInfo>>, lat: Option<&mut Vec<Duration>>| -> (usize, usize) {
+            for p in pods {
+                queue.add(p);
             }
             let (mut ok, mut failed) = (0, 0);
             let mut lat = lat;
@@ -208,10 +211,11 @@ pub async fn bench_scheduling(opts: BenchOptions) -> BenchReport {
             }
             (ok, failed)
         };
-        run(&mut sched, "init", opts2.initial_pods, None);
+        run(&mut sched, make("init", opts2.initial_pods), None);
+        let measured = make("measured", opts2.measured_pods);
         let mut lat = Vec::with_capacity(opts2.measured_pods);
         let start = Instant::now();
-        let (ok, failed) = run(&mut sched, "measured", opts2.measured_pods, Some(&mut lat));
+        let (ok, failed) = run(&mut sched, measured, Some(&mut lat));
         (start.elapsed(), ok, failed, lat)
     })
     .await;

@@ -266,6 +266,8 @@ impl Scheduler {
             self.shared.handle_failure(q, Code::Error, e.to_string(), HashSet::new(), None, cycle);
             return Outcome::Error(e.to_string());
         }
+        // The pod now occupies its node for real; it no longer needs a nomination.
+        self.shared.handle.nominator.remove(&pod.uid);
         let s = fwk.run_reserve_plugins_reserve(&mut state, &pod, &host);
         if !s.is_success() {
             return self.fail_after_assume(&fwk, &mut state, q, s, &host, cycle);

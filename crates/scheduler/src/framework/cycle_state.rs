@@ -38,6 +38,9 @@ pub struct CycleState {
     pub skip_filter_plugins: HashSet<String>,
     /// Plugins whose PreScore returned Skip: their Score is not run this cycle.
     pub skip_score_plugins: HashSet<String>,
+    /// Bit i set: the i-th Filter plugin of the profile is skipped (fast path of
+    /// `skip_filter_plugins`, maintained by the framework runtime).
+    pub(crate) skip_filter_mask: u64,
 }
 
 impl Clone for CycleState {
@@ -46,6 +49,7 @@ impl Clone for CycleState {
             storage: self.storage.iter().map(|(k, v)| (*k, (**v).clone_data())).collect(),
             skip_filter_plugins: self.skip_filter_plugins.clone(),
             skip_score_plugins: self.skip_score_plugins.clone(),
+            skip_filter_mask: self.skip_filter_mask,
         }
     }
 }

@@ -399,6 +399,7 @@ impl ClusterListers for EmptyListers {}
 #[derive(Default)]
 pub struct Nominator {
     inner: Mutex<NominatorInner>,
+    count: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -413,10 +414,12 @@ impl Nominator {
         let mut g = self.inner.lock();
         Self::remove_locked(&mut g, &pod.uid);
         if node.is_empty() {
+            self.count.store(g.node_of.len(), std::sync::atomic::Ordering::Relaxed);
             return;
         }
         g.node_of.insert(pod.uid.clone(), node.to_string());
         g.by_node.entry(node.to_string()).or_default().push(pod);
+        self.count.store(g.node_of.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
     fn remove_locked(g: &mut NominatorInner, uid: &str) {
@@ -432,7 +435,9 @@ impl Nominator {
 
     /// Removes a nomination.
     pub fn remove(&self, uid: &str) {
-        Self::remove_locked(&mut self.inner.lock(), uid);
+        let mut g = self.inner.lock();
+        Self::remove_locked(&mut g, uid);
+        self.count.store(g.node_of.len(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Pods nominated to `node`.
@@ -451,7 +456,7 @@ impl Nominator {
 
     /// Whether any pod is nominated anywhere (fast path).
     pub fn is_empty(&self) -> bool {
-        self.inner.lock().node_of.is_empty()
+        self.count.load(std::sync::atomic::Ordering::Relaxed) == 0
     }
 }
 

@@ -83,11 +83,24 @@ impl Parallelizer {
 
     /// Maps `f` over `0..pieces` in parallel; results come back in index order.
     pub fn map<T: Send>(&self, pieces: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-        let slots: Vec<parking_lot::Mutex<Option<T>>> = (0..pieces).map(|_| parking_lot::Mutex::new(None)).collect();
-        self.until(pieces, |i| {
-            *slots[i].lock() = Some(f(i));
+        if pieces == 0 {
+            return Vec::new();
+        }
+        let chunk = chunk_size(pieces, self.parallelism);
+        let chunks = pieces.div_ceil(chunk);
+        let done: parking_lot::Mutex<Vec<(usize, Vec<T>)>> = parking_lot::Mutex::new(Vec::with_capacity(chunks));
+        self.until(chunks, |c| {
+            let start = c * chunk;
+            let part: Vec<T> = (start..(start + chunk).min(pieces)).map(&f).collect();
+            done.lock().push((start, part));
         });
-        slots.into_iter().filter_map(|m| m.into_inner()).collect()
+        let mut done = done.into_inner();
+        done.sort_by_key(|(s, _)| *s);
+        let mut out = Vec::with_capacity(pieces);
+        for (_, part) in done {
+            out.extend(part);
+        }
+        out
     }
 }
 

@@ -187,6 +187,9 @@ impl Framework {
             let (r, s) = pf.pre_filter(state, pod, snapshot);
             if s.is_skip() {
                 state.skip_filter_plugins.insert(p.name().to_string());
+                if let Some(i) = self.plugins.filter.iter().position(|f| f.name() == p.name()).filter(|i| *i < 64) {
+                    state.skip_filter_mask |= 1 << i;
+                }
                 continue;
             }
             if !s.is_success() {
@@ -259,8 +262,10 @@ impl Framework {
 
     /// Filter: the first plugin that does not succeed decides.
     pub fn run_filter_plugins(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        for p in &self.plugins.filter {
-            if !state.skip_filter_plugins.is_empty() && state.skip_filter_plugins.contains(p.name()) {
+        for (i, p) in self.plugins.filter.iter().enumerate() {
+            if state.skip_filter_mask & (1u64 << (i & 63)) != 0
+                || (i >= 64 && !state.skip_filter_plugins.is_empty() && state.skip_filter_plugins.contains(p.name()))
+            {
                 continue;
             }
             let Some(f) = p.as_filter() else { continue };

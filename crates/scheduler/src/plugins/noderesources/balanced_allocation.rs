@@ -62,7 +62,7 @@ impl PreScorePlugin for BalancedAllocation {
 
 impl ScorePlugin for BalancedAllocation {
     fn score(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        Ok(balanced(&requested_and_allocatable(node, pod, &self.resources, true)))
+        Ok(balanced(requested_and_allocatable(node, pod, &self.resources, true)))
     }
 }
 

@@ -244,10 +244,10 @@ impl ScorePlugin for Fit {
         let use_requested = self.strategy == ScoringStrategyType::RequestedToCapacityRatio;
         let ra = requested_and_allocatable(node, pod, &self.resources, use_requested);
         Ok(match self.strategy {
-            ScoringStrategyType::LeastAllocated => least_allocated(&ra, &self.resources),
-            ScoringStrategyType::MostAllocated => most_allocated(&ra, &self.resources),
+            ScoringStrategyType::LeastAllocated => least_allocated(ra, &self.resources),
+            ScoringStrategyType::MostAllocated => most_allocated(ra, &self.resources),
             ScoringStrategyType::RequestedToCapacityRatio => {
-                requested_to_capacity_ratio(&ra, &self.resources, &self.shape)
+                requested_to_capacity_ratio(ra, &self.resources, &self.shape)
             }
         })
     }

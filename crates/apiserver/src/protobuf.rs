@@ -223,7 +223,10 @@ fn message(name: &str, bytes: &[u8], depth: usize) -> Result<Value, ApiError> {
                 a.extend(values);
             }
         } else if let Some(v) = values.into_iter().next() {
-            out.insert(json_name.clone(), v);
+            // Go's encoders mark empty optional strings `omitempty`: leave them out.
+            if v.as_str() != Some("") {
+                out.insert(json_name.clone(), v);
+            }
         }
     }
     Ok(Value::Object(out))

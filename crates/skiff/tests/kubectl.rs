@@ -299,20 +299,18 @@ fn kubectl_selectors_chunking_discovery_and_explain() {
 #[test]
 fn kubectl_get_watch_sees_added_modified_deleted() {
     let s = Server::start();
+    // Warm kubectl's version and discovery caches first, so the two kubectl processes below
+    // do not race to fill them.
+    s.ok(&["get", "configmaps"]);
+    let watch_err = std::fs::File::create(s.dir.path().join("watch.err")).unwrap();
     let mut watch = s
-        .command(&[
-            "get",
-            "configmaps",
-            "--watch",
-            "--output-watch-events",
-            "-o",
-            "custom-columns=NAME:.metadata.name,V:.data.k",
-        ])
+        .command(&["get", "configmaps", "--watch", "--output-watch-events"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(watch_err)
         .spawn()
         .unwrap();
     let stdout = watch.stdout.take().unwrap();
+    let err_path = s.dir.path().join("watch.err");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -321,24 +319,29 @@ fn kubectl_get_watch_sees_added_modified_deleted() {
             }
         }
     });
-    let expect = |want: &str| {
+    let mut seen: Vec<String> = Vec::new();
+    let mut expect = |want: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
-                Ok(line) if line.split_whitespace().collect::<Vec<_>>().join(" ") == want => return,
-                Ok(_) => continue,
-                Err(_) => panic!("no watch line {want:?}"),
+                // Table rows: EVENT NAME DATA AGE.
+                Ok(line) if line.split_whitespace().take(3).collect::<Vec<_>>().join(" ") == want => return,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!(
+                    "no watch line {want:?} in {seen:?}; kubectl said: {}",
+                    std::fs::read_to_string(&err_path).unwrap_or_default()
+                ),
             }
         }
     };
     // The watch has started once the header appears... create after a first round-trip.
     s.ok(&["create", "configmap", "w1", "--from-literal=k=one"]);
-    expect("ADDED w1 one");
-    s.ok(&["patch", "configmap", "w1", "--type=merge", "-p", r#"{"data":{"k":"two"}}"#]);
-    expect("MODIFIED w1 two");
+    expect("ADDED w1 1");
+    s.ok(&["patch", "configmap", "w1", "--type=merge", "-p", r#"{"data":{"k":"two","k2":"x"}}"#]);
+    expect("MODIFIED w1 2");
     s.ok(&["delete", "configmap", "w1"]);
-    expect("DELETED w1 two");
+    expect("DELETED w1 2");
     let _ = watch.kill();
     let _ = watch.wait();
 }

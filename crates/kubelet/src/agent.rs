@@ -8,7 +8,7 @@
 //! - `agent/kubelet/` — pod volumes (`pods/<uid>`) and container logs (`logs/`).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,11 @@ pub struct AgentConfig {
     pub cgroup_root: String,
     /// Linux bridge of the managed CNI network.
     pub bridge_name: String,
+    /// Port of the kubelet HTTPS endpoint (logs, run); 0 disables it.
+    pub kubelet_port: u16,
+    /// PEM CA that callers of the kubelet endpoint must present client certificates from
+    /// (the API server's kubelet client CA); `None` accepts any caller.
+    pub kubelet_client_ca_pem: Option<String>,
 }
 
 impl AgentConfig {
@@ -90,6 +95,8 @@ impl AgentConfig {
             taints: Vec::new(),
             cgroup_root: "/kubepods".to_string(),
             bridge_name: "skiff0".to_string(),
+            kubelet_port: node::KUBELET_PORT as u16,
+            kubelet_client_ca_pem: None,
         }
     }
 
@@ -235,7 +242,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         internal_ip: node_ip.to_string(),
         hostname: machine.hostname.clone(),
         node_info: machine.node_info(&runtime_version),
-        kubelet_port: node::KUBELET_PORT,
+        kubelet_port: i32::from(cfg.kubelet_port),
     };
     let health = observe_health(&cri, &cfg.data_dir).await;
     let registered =
@@ -259,6 +266,25 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
     let host = ApiPodHost::new(client.clone(), &node_name);
     let workers = PodWorkers::new(cri.clone(), host, rcfg);
 
+    let server = {
+        let scfg = crate::server::KubeletServerConfig {
+            bind: SocketAddr::from(([0, 0, 0, 0], cfg.kubelet_port)),
+            client_ca_pem: cfg.kubelet_client_ca_pem.clone(),
+            serving: None,
+            sans: vec![node_name.clone(), node_ip.to_string(), machine.hostname.clone()],
+        };
+        let workers = workers.clone();
+        let enabled = cfg.kubelet_port != 0;
+        async move {
+            if !enabled {
+                return std::future::pending::<()>().await;
+            }
+            if let Err(e) = crate::server::serve(scfg, workers).await {
+                tracing::error!(error = %e, "the kubelet endpoint is not available (kubectl logs will fail)");
+            }
+            std::future::pending::<()>().await
+        }
+    };
     let leases: Api<Lease> = Api::namespaced(client.clone(), lease::NODE_LEASE_NAMESPACE);
     let holder = LeaseHolder { node_name: node_name.clone(), node_uid: registered.metadata.uid.clone() };
     tokio::select! {
@@ -266,6 +292,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         _ = sync_node_status(nodes.clone(), template, cri.clone(), cfg.data_dir.clone()) => {}
         _ = watch_pods(client.clone(), node_name.clone(), workers.clone()) => {}
         _ = workers.run() => {}
+        _ = server => {}
     }
     drop(managed);
     Ok(())

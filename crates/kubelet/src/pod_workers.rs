@@ -148,6 +148,18 @@ impl PodWorkers {
         self.inner.synced.notify_waiters();
     }
 
+    /// The current version of a pod this node runs, by namespace and name.
+    pub fn find_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let workers = self.inner.workers.lock();
+        workers.values().filter(|w| !w.task.is_finished()).find_map(|w| {
+            let pod = match &*w.updates.borrow() {
+                PodUpdate::Sync(p) | PodUpdate::Removed(p) => p.clone(),
+            };
+            (pod.metadata.namespace.as_deref() == Some(namespace) && pod.metadata.name.as_deref() == Some(name))
+                .then_some(pod)
+        })
+    }
+
     /// UIDs of pods with a live worker.
     pub fn pod_uids(&self) -> Vec<String> {
         self.inner.workers.lock().iter().filter(|(_, w)| !w.task.is_finished()).map(|(k, _)| k.clone()).collect()

@@ -63,6 +63,7 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     cfg.pod_cidr = Some(format!("10.213.{n}.0/24"));
     cfg.bridge_name = format!("ska{n}");
     cfg.cgroup_root = format!("/skiff-agent-test-{n}");
+    cfg.kubelet_port = 0;
     let agent = tokio::spawn(run_agent(client.clone(), cfg.clone()));
 
     // The node registers Ready with the runtime version and a lease.
@@ -172,7 +173,8 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     eventually(60, "pod object gone", || async { pods.get_opt("web").await.ok()?.is_none().then_some(()) }).await;
     assert!(http_get(&ip).await.is_none(), "the pod stopped serving");
 
-    eventually(60, "second pod gone", || async { pods.get_opt("after-restart").await.ok()?.is_none().then_some(()) }).await;
+    eventually(60, "second pod gone", || async { pods.get_opt("after-restart").await.ok()?.is_none().then_some(()) })
+        .await;
     agent.abort();
     let _ = agent.await;
     // Wait for the supervisor to stop containerd, then clean the host.

@@ -299,6 +299,21 @@ async fn pods_run_on_real_containerd() {
     })
     .await;
     assert!(log_text.contains("hello-from-skiff\n"), "env expansion in command and stdout capture: {log_text:?}");
+    // The same logs through the kubelet endpoint (as the API server's pods/log calls it).
+    let app = skiff_kubelet::server::router(workers.clone());
+    let req = axum::http::Request::get("/containerLogs/default/logger/log?tailLines=1")
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|e| panic!("request: {e}"));
+    let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap_or_else(|e| panic!("router: {e}"));
+    assert_eq!(resp.status(), 200);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+    assert_eq!(String::from_utf8_lossy(&body), "to-stderr\n", "tailLines=1 returns the last line");
+    let req = axum::http::Request::post("/run/default/logger/log?cmd=echo%20ran%20inside")
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|e| panic!("request: {e}"));
+    let resp = tower::ServiceExt::oneshot(app, req).await.unwrap_or_else(|e| panic!("router: {e}"));
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+    assert_eq!(String::from_utf8_lossy(&body), "ran inside\n");
 
     // 3. A container exiting 1 is restarted with back-off (CrashLoopBackOff).
     let crasher =

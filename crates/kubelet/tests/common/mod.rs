@@ -22,6 +22,10 @@ pub struct ApiHarness {
 /// Starts an API server on 127.0.0.1 (free port) with namespaces default and kube-node-lease.
 pub async fn start_api_server() -> ApiHarness {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
     let store: Arc<dyn Backend> = Arc::new(

@@ -1,0 +1,305 @@
+//! The kubelet's HTTPS endpoint (port 10250): container logs and command execution, called by
+//! the API server for `pods/log` and `pods/exec`.
+//!
+//! Paths follow the kubelet API:
+//! - `GET /healthz` → `ok`;
+//! - `GET /containerLogs/{namespace}/{pod}/{container}` with `follow`, `tailLines`,
+//!   `sinceSeconds`, `sinceTime`, `timestamps`, `previous`, `limitBytes` (PodLogOptions);
+//! - `POST /run/{namespace}/{pod}/{container}?cmd=...` runs a command (split on whitespace)
+//!   and returns its combined output (no streaming, no stdin; exit code in the
+//!   `X-Exit-Code` header).
+//!
+//! Interactive `exec`/`attach`/`port-forward` (WebSocket/SPDY streaming) are not implemented.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use k8s_openapi::jiff::Timestamp;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+use crate::Error;
+use crate::cri::api;
+use crate::logs::{self, LogOptions};
+use crate::pod_workers::PodWorkers;
+
+/// Settings of the kubelet endpoint.
+#[derive(Debug, Clone)]
+pub struct KubeletServerConfig {
+    /// Listen address (`0.0.0.0:10250`).
+    pub bind: SocketAddr,
+    /// PEM CA bundle that callers' client certificates must chain to (the API server's
+    /// kubelet-client certificate). `None` accepts unauthenticated callers — only sensible on
+    /// loopback.
+    pub client_ca_pem: Option<String>,
+    /// PEM serving certificate and key; `None` generates a self-signed one for `sans`.
+    pub serving: Option<(String, String)>,
+    /// Subject alternative names of a generated serving certificate (node name, node IP).
+    pub sans: Vec<String>,
+}
+
+/// The routes, without TLS (for embedding and tests).
+pub fn router(workers: PodWorkers) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
+        .route("/run/{namespace}/{pod}/{container}", post(run_command))
+        .with_state(Arc::new(workers))
+}
+
+fn tls_config(cfg: &KubeletServerConfig) -> Result<rustls::ServerConfig, Error> {
+    let bad = |what: &str, e: String| Error::Config(format!("kubelet TLS: {what}: {e}"));
+    let (cert_pem, key_pem) = match &cfg.serving {
+        Some(pair) => pair.clone(),
+        None => {
+            let ck =
+                rcgen::generate_simple_self_signed(cfg.sans.clone()).map_err(|e| bad("self-signing", e.to_string()))?;
+            (ck.cert.pem(), ck.signing_key.serialize_pem())
+        }
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad("serving certificate", e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| bad("serving key", e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("protocol versions", e.to_string()))?;
+    let builder = match &cfg.client_ca_pem {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots
+                    .add(c.map_err(|e| bad("client CA", e.to_string()))?)
+                    .map_err(|e| bad("client CA", e.to_string()))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| bad("client verifier", e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut tls = builder.with_single_cert(certs, key).map_err(|e| bad("serving certificate", e.to_string()))?;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
+/// Serves the kubelet endpoint over HTTPS until the future is dropped.
+///
+/// # Errors
+/// [`Error::Config`] for unusable certificates; [`Error::Io`] when the address cannot be bound.
+pub async fn serve(cfg: KubeletServerConfig, workers: PodWorkers) -> Result<(), Error> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(&cfg)?));
+    let listener =
+        tokio::net::TcpListener::bind(cfg.bind).await.map_err(|e| Error::io(format!("binding {}", cfg.bind), e))?;
+    tracing::info!(addr = %cfg.bind, "kubelet endpoint listening");
+    let app = router(workers);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "kubelet endpoint accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    tracing::debug!(%peer, "kubelet endpoint TLS handshake failed");
+                    return;
+                }
+            };
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
+                tracing::debug!(%peer, error = %e, "kubelet endpoint connection ended with an error");
+            }
+        });
+    }
+}
+
+fn error(code: StatusCode, message: String) -> Response {
+    (code, message).into_response()
+}
+
+fn truthy(v: Option<&String>) -> bool {
+    v.is_some_and(|s| s == "true" || s == "1")
+}
+
+/// Parses PodLogOptions query parameters.
+pub fn log_options(q: &HashMap<String, String>, now: Timestamp) -> Result<LogOptions, String> {
+    let num = |k: &str| -> Result<Option<i64>, String> {
+        q.get(k).map(|v| v.parse::<i64>().map_err(|_| format!("invalid {k} {v:?}"))).transpose()
+    };
+    let since = match (num("sinceSeconds")?, q.get("sinceTime")) {
+        (Some(s), _) => Some(now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s.max(0))).unwrap_or(now)),
+        (None, Some(t)) => Some(t.parse::<Timestamp>().map_err(|_| format!("invalid sinceTime {t:?}"))?),
+        (None, None) => None,
+    };
+    Ok(LogOptions {
+        tail_lines: num("tailLines")?.map(|n| n.max(0) as usize),
+        since,
+        timestamps: truthy(q.get("timestamps")),
+        limit_bytes: num("limitBytes")?.map(|n| n.max(0) as usize),
+    })
+}
+
+async fn container_logs(
+    State(workers): State<Arc<PodWorkers>>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(pod) = workers.find_pod(&namespace, &pod_name) else {
+        return error(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod_name} is not on this node"));
+    };
+    let opts = match log_options(&q, Timestamp::now()) {
+        Ok(o) => o,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let previous = truthy(q.get("previous"));
+    let path = match workers.container_log_file(&pod, &container, previous).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            let which = if previous { "previous terminated container" } else { "container" };
+            return error(StatusCode::BAD_REQUEST, format!("{which} \"{container}\" in pod \"{pod_name}\" not found"));
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let initial = match logs::read_log_file(&path, &opts) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    if !truthy(q.get("follow")) || previous {
+        return ([("Content-Type", "text/plain")], initial).into_response();
+    }
+    // Follow: send what is there, then new lines until the container stops.
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let timestamps = opts.timestamps;
+    let stream = futures::stream::unfold(
+        (Some(initial), offset, String::new(), workers, path, uid, container, 0u32),
+        move |(first, mut offset, mut partial, workers, path, uid, container, mut idle)| async move {
+            if let Some(first) = first {
+                return Some((
+                    Ok::<_, Infallible>(bytes::Bytes::from(first)),
+                    (None, offset, partial, workers, path, uid, container, idle),
+                ));
+            }
+            loop {
+                let mut chunk = Vec::new();
+                if let Ok(mut f) = tokio::fs::File::open(&path).await
+                    && f.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
+                {
+                    let _ = f.read_to_end(&mut chunk).await;
+                }
+                if !chunk.is_empty() {
+                    offset += chunk.len() as u64;
+                    partial.push_str(&String::from_utf8_lossy(&chunk));
+                    let mut out = Vec::new();
+                    while let Some(nl) = partial.find('\n') {
+                        let line: String = partial.drain(..=nl).collect();
+                        if let Some(l) = logs::parse_line(line.trim_end_matches('\n')) {
+                            if timestamps {
+                                out.extend_from_slice(l.timestamp_text.as_bytes());
+                                out.push(b' ');
+                            }
+                            out.extend_from_slice(l.content.as_bytes());
+                            if l.full {
+                                out.push(b'\n');
+                            }
+                        }
+                    }
+                    if !out.is_empty() {
+                        return Some((
+                            Ok(bytes::Bytes::from(out)),
+                            (None, offset, partial, workers, path, uid, container, 0),
+                        ));
+                    }
+                }
+                // Stop once the container no longer runs (checked every ~2 s of silence).
+                idle += 1;
+                if idle % 10 == 0 {
+                    let running = workers.running_container_id(&uid, &container).await.ok().flatten().is_some();
+                    if !running {
+                        return None;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    );
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert("Content-Type", HeaderValue::from_static("text/plain"));
+    resp
+}
+
+async fn run_command(
+    State(workers): State<Arc<PodWorkers>>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(pod) = workers.find_pod(&namespace, &pod_name) else {
+        return error(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod_name} is not on this node"));
+    };
+    let cmd: Vec<String> = q.get("cmd").map(|c| c.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+    if cmd.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "missing cmd".into());
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let id = match workers.running_container_id(&uid, &container).await {
+        Ok(Some(id)) => id,
+        Ok(None) => return error(StatusCode::BAD_REQUEST, format!("container {container} is not running")),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    match workers.cri().exec_sync(&id, cmd, Duration::from_secs(300)).await {
+        Ok(api::ExecSyncResponse { stdout, stderr, exit_code }) => {
+            let mut body = stdout;
+            body.extend_from_slice(&stderr);
+            let mut resp = ([("Content-Type", "text/plain")], body).into_response();
+            if let Ok(v) = HeaderValue::from_str(&exit_code.to_string()) {
+                resp.headers_mut().insert("X-Exit-Code", v);
+            }
+            resp
+        }
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn pod_log_options_parse_from_the_query() {
+        let now = Timestamp::from_second(1_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let o = log_options(&q(&[("tailLines", "5"), ("timestamps", "true"), ("sinceSeconds", "10")]), now)
+            .unwrap_or_default();
+        assert_eq!(o.tail_lines, Some(5));
+        assert!(o.timestamps);
+        assert_eq!(o.since, Timestamp::from_second(990).ok());
+        let t = log_options(&q(&[("sinceTime", "2024-01-01T00:00:00Z")]), now).unwrap_or_default();
+        assert!(t.since.is_some());
+        assert!(log_options(&q(&[("tailLines", "x")]), now).is_err());
+        assert!(log_options(&q(&[("sinceTime", "yesterday")]), now).is_err());
+    }
+}

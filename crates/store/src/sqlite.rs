@@ -74,8 +74,13 @@ pub struct SqliteStats {
     /// Every history row at or below this revision has been compacted physically (it trails
     /// [`Backend::compacted_revision`] while a compaction is in progress).
     pub compacted_through: Revision,
-    /// The longest compaction transaction so far: the longest a write waited for compaction.
+    /// The longest compaction (or post-compaction vacuum) transaction so far: the longest a
+    /// write waited for compaction.
     pub longest_compaction_chunk: Duration,
+    /// Background WAL checkpoints run (off the commit path).
+    pub checkpoints: u64,
+    /// Checkpoints the writer had to finish itself because the WAL reached 64 MiB.
+    pub forced_checkpoints: u64,
 }
 
 #[derive(Default)]
@@ -85,6 +90,8 @@ struct Stats {
     compaction_chunks: AtomicU64,
     compact_cursor: AtomicI64,
     longest_chunk_micros: AtomicU64,
+    checkpoints: AtomicU64,
+    forced_checkpoints: AtomicU64,
 }
 
 /// State shared by the backend handle, the writer thread and watch tasks.
@@ -227,6 +234,8 @@ impl SqliteBackend {
             compaction_chunks: s.compaction_chunks.load(Ordering::Relaxed),
             compacted_through: s.compact_cursor.load(Ordering::SeqCst),
             longest_compaction_chunk: Duration::from_micros(s.longest_chunk_micros.load(Ordering::Relaxed)),
+            checkpoints: s.checkpoints.load(Ordering::Relaxed),
+            forced_checkpoints: s.forced_checkpoints.load(Ordering::Relaxed),
         }
     }
 

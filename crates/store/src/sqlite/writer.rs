@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 
 use super::Shared;
 use super::hub::PendingEvent;
-use super::schema::{internal, wal_path};
+use super::schema::internal;
 use crate::{Error, EventType, KeyValue, Result, Revision};
 
 /// At most this many writes go into one transaction.
@@ -37,11 +37,15 @@ pub(super) const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 pub(super) const COMPACTION_CHUNK: usize = 256;
 /// How long one compaction transaction should hold the write lock.
 const COMPACTION_CHUNK_TARGET: Duration = Duration::from_millis(2);
-/// Bytes written between checkpoint requests to the checkpointer thread.
-const CHECKPOINT_EVERY_BYTES: u64 = 8 * 1024 * 1024;
-/// WAL size at which the writer checkpoints itself (the background checkpointer could not
-/// catch up because writes never paused).
-const WAL_FORCE_CHECKPOINT_BYTES: u64 = 128 * 1024 * 1024;
+/// How often the checkpointer thread copies new WAL frames into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+/// WAL length (in 4 KiB frames, so 64 MiB) at which the writer finishes a checkpoint itself:
+/// the background checkpointer cannot reset a WAL that the writer never stops appending to.
+const WAL_FORCE_CHECKPOINT_FRAMES: i64 = 16 * 1024;
+/// Free pages kept for reuse after a compaction; beyond this the file is shrunk.
+const KEEP_FREE_PAGES: i64 = 2048;
+/// Pages returned to the file system per vacuum step (one step per writer loop iteration).
+const VACUUM_STEP_PAGES: i64 = 128;
 
 const INSERT: &str = "INSERT INTO kv (rev, key, create_rev, prev_rev, deleted, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const VALUE_AT: &str = "SELECT value FROM kv WHERE rev = ?1";
@@ -93,8 +97,10 @@ pub(super) struct Writer {
     pub(super) compact_cursor: Revision,
     pub(super) shared: Arc<Shared>,
     compaction_interval: Option<Duration>,
+    /// Dropped with the writer, which stops the checkpointer thread.
     checkpoint_tx: Option<std::sync::mpsc::SyncSender<()>>,
-    bytes_since_checkpoint: u64,
+    /// A compaction finished: shrink the file, a step at a time.
+    vacuum_pending: bool,
     /// Rows per compaction transaction, adapted to [`COMPACTION_CHUNK_TARGET`].
     chunk_rows: usize,
 }
@@ -180,7 +186,7 @@ impl Writer {
             shared,
             compaction_interval,
             checkpoint_tx: None,
-            bytes_since_checkpoint: 0,
+            vacuum_pending: false,
             chunk_rows: COMPACTION_CHUNK,
         })
     }
@@ -201,8 +207,10 @@ impl Writer {
         // tick, so at least one interval of history is always kept.
         let mut seen_at_last_tick: Option<Revision> = None;
         loop {
-            let compaction_pending = self.compact_cursor < self.compacted;
-            let first = if compaction_pending || self.shared.force_checkpoint.load(Ordering::Relaxed) {
+            let background_work = self.compact_cursor < self.compacted
+                || self.vacuum_pending
+                || self.shared.force_checkpoint.load(Ordering::Relaxed);
+            let first = if background_work {
                 match rx.try_recv() {
                     Ok(r) => Some(r),
                     Err(TryRecvError::Empty) => None,
@@ -257,12 +265,14 @@ impl Writer {
                 seen_at_last_tick = Some(self.current);
                 next_tick = Some(Instant::now() + interval);
             }
-            if self.compact_cursor < self.compacted
-                && let Err(e) = self.compact_chunk_adaptive()
-            {
-                tracing::warn!(error = %e, "compaction chunk failed; retrying later");
-                // Do not spin on a persistent failure.
-                std::thread::sleep(Duration::from_millis(50));
+            if self.compact_cursor < self.compacted {
+                if let Err(e) = self.compact_chunk_adaptive() {
+                    tracing::warn!(error = %e, "compaction chunk failed; retrying later");
+                    // Do not spin on a persistent failure.
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            } else if self.vacuum_pending {
+                self.vacuum_step();
             }
             self.maybe_checkpoint();
         }
@@ -276,11 +286,9 @@ impl Writer {
         let mut results: Vec<Applied> = Vec::with_capacity(batch.len());
         let (ops, replies): (Vec<WriteOp>, Vec<_>) = batch.into_iter().unzip();
         let mut rev = self.current;
-        let mut bytes = 0u64;
         let outcome = (|| -> rusqlite::Result<()> {
             self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             for op in ops {
-                bytes += op.bytes() as u64 + 64;
                 results.push(apply(&self.conn, &mut self.index, &mut rev, op, &mut undo, &mut events)?);
             }
             self.conn.prepare_cached("COMMIT")?.execute([])?;
@@ -288,7 +296,6 @@ impl Writer {
         })();
         match outcome {
             Ok(()) => {
-                self.bytes_since_checkpoint += bytes;
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
                 self.shared.stats.writes.fetch_add((rev - self.current) as u64, Ordering::Relaxed);
                 self.current = rev;
@@ -427,44 +434,45 @@ impl Writer {
         self.shared.stats.longest_chunk_micros.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.shared.stats.compact_cursor.store(new_cursor, Ordering::SeqCst);
         if new_cursor >= self.compacted {
-            self.incremental_vacuum();
+            self.vacuum_pending = true;
         }
         Ok(())
     }
 
-    /// Returns a bounded number of free pages to the file system after a compaction finished.
-    fn incremental_vacuum(&mut self) {
-        let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)).unwrap_or(0);
-        if free > 1024 {
-            // A few MiB at a time; the rest is reused by new rows anyway.
-            // The pragma frees one page per step: run it to completion.
-            let run = || -> rusqlite::Result<()> {
-                let mut stmt = self.conn.prepare("PRAGMA incremental_vacuum(512)")?;
-                let mut rows = stmt.query([])?;
-                while rows.next()?.is_some() {}
-                Ok(())
-            };
-            if let Err(e) = run() {
+    /// Returns up to [`VACUUM_STEP_PAGES`] free pages to the file system, if more than
+    /// [`KEEP_FREE_PAGES`] are free; clears `vacuum_pending` once there is nothing to do.
+    fn vacuum_step(&mut self) {
+        let started = Instant::now();
+        let step = || -> rusqlite::Result<bool> {
+            let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+            if free <= KEEP_FREE_PAGES {
+                return Ok(false);
+            }
+            let n = (free - KEEP_FREE_PAGES).min(VACUUM_STEP_PAGES);
+            // The pragma frees one page per step of its statement: run it to completion.
+            let mut stmt = self.conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(true)
+        };
+        match step() {
+            Ok(more) => self.vacuum_pending = more,
+            Err(e) => {
                 tracing::debug!(error = %e, "incremental vacuum failed");
+                self.vacuum_pending = false;
             }
         }
+        self.shared.stats.longest_chunk_micros.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     fn maybe_checkpoint(&mut self) {
         if self.shared.force_checkpoint.swap(false, Ordering::Relaxed) {
-            // The background checkpointer could not finish because writes never paused: finish
-            // it here, between batches, so the next transaction can restart the WAL. Most frames
-            // are already copied, so this is short.
+            // Most frames are already copied by the checkpointer, so this is short; afterwards
+            // the next transaction starts the WAL over.
             if let Err(e) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
                 tracing::warn!(error = %e, "checkpoint failed");
             }
-            return;
-        }
-        if self.bytes_since_checkpoint >= CHECKPOINT_EVERY_BYTES {
-            self.bytes_since_checkpoint = 0;
-            if let Some(tx) = &self.checkpoint_tx {
-                let _ = tx.try_send(());
-            }
+            self.shared.stats.forced_checkpoints.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -558,16 +566,26 @@ fn apply(
     }
 }
 
-/// The checkpointer thread's loop: copies WAL frames into the database file when asked, without
-/// blocking the writer (a PASSIVE checkpoint takes no write lock).
-pub(super) fn checkpoint_loop(conn: Connection, rx: Receiver<()>, shared: Arc<Shared>) {
-    while rx.recv().is_ok() {
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        }) {
-            Ok((_busy, _log_frames, _done)) => {
-                let wal = std::fs::metadata(wal_path(&shared.path)).map(|m| m.len()).unwrap_or(0);
-                if wal >= WAL_FORCE_CHECKPOINT_BYTES {
+/// The checkpointer thread's loop: every [`CHECKPOINT_EVERY`] after new commits, copies WAL
+/// frames into the database file without blocking the writer (a PASSIVE checkpoint takes no
+/// write lock). Ends when the writer drops `stop`'s sender.
+pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<Shared>) {
+    let mut seen = (u64::MAX, u64::MAX);
+    loop {
+        match stop.recv_timeout(CHECKPOINT_EVERY) {
+            Err(RecvTimeoutError::Disconnected) => break,
+            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+        }
+        let now =
+            (shared.stats.batches.load(Ordering::Relaxed), shared.stats.compaction_chunks.load(Ordering::Relaxed));
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1)) {
+            Ok(log_frames) => {
+                shared.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+                if log_frames >= WAL_FORCE_CHECKPOINT_FRAMES {
                     shared.force_checkpoint.store(true, Ordering::Relaxed);
                 }
             }

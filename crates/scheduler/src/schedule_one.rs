@@ -403,7 +403,7 @@ impl Scheduler {
         {
             return Ok((vec![n], diagnosis));
         }
-        let nodes: Vec<Arc<NodeInfo>> = match pre_res.and_then(|r| r.node_names) {
+        let narrowed: Option<Vec<Arc<NodeInfo>>> = match pre_res.and_then(|r| r.node_names) {
             Some(names) => {
                 let mut sorted: Vec<&String> = plugins.iter().collect();
                 sorted.sort();
@@ -412,40 +412,50 @@ impl Scheduler {
                     "node(s) didn't satisfy plugin(s) [{list}]"
                 )));
                 diagnosis.unschedulable_plugins.extend(plugins);
-                self.snapshot.nodes().iter().filter(|n| names.contains(n.name())).cloned().collect()
+                Some(self.snapshot.nodes().iter().filter(|n| names.contains(n.name())).cloned().collect())
             }
-            None => self.snapshot.nodes().to_vec(),
+            None => None,
         };
-        let feasible = self.find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, &nodes)?;
+        let nodes = narrowed.as_deref().unwrap_or(self.snapshot.nodes());
+        let pct = fwk.percentage_of_nodes_to_score.unwrap_or(self.percentage_of_nodes_to_score);
+        let (feasible, processed) =
+            find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, self.next_start_node_index, pct)?;
+        if !nodes.is_empty() {
+            self.next_start_node_index = (self.next_start_node_index + processed) % nodes.len();
+        }
         Ok((feasible, diagnosis))
     }
+}
 
-    fn find_nodes_that_pass_filters(
-        &mut self,
-        fwk: &Arc<Framework>,
-        state: &CycleState,
-        pod: &Arc<PodInfo>,
-        diagnosis: &mut Diagnosis,
-        nodes: &[Arc<NodeInfo>],
-    ) -> Result<Vec<Arc<NodeInfo>>, Failure> {
+/// Filters `nodes` in parallel, starting at `start` (mod len) and stopping once enough feasible
+/// nodes are found. Returns the feasible nodes (in evaluation order) and how many nodes were
+/// processed.
+fn find_nodes_that_pass_filters(
+    fwk: &Arc<Framework>,
+    state: &CycleState,
+    pod: &Arc<PodInfo>,
+    diagnosis: &mut Diagnosis,
+    nodes: &[Arc<NodeInfo>],
+    start: usize,
+    pct: i32,
+) -> Result<(Vec<Arc<NodeInfo>>, usize), Failure> {
+    {
         let n = nodes.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
-        let pct = fwk.percentage_of_nodes_to_score.unwrap_or(self.percentage_of_nodes_to_score);
         let want = num_feasible_nodes_to_find(pct, n);
-        let start = self.next_start_node_index % n;
+        let start = start % n;
         if !fwk.has_filter_plugins() {
             let out: Vec<Arc<NodeInfo>> = (0..want).map(|i| nodes[(start + i) % n].clone()).collect();
-            self.next_start_node_index = (start + want) % n;
-            return Ok(out);
+            return Ok((out, want));
         }
         let found = AtomicUsize::new(0);
         let feasible: Mutex<Vec<(usize, Arc<NodeInfo>)>> = Mutex::new(Vec::with_capacity(want));
         let failed: Mutex<Vec<(usize, Status)>> = Mutex::new(Vec::new());
-        fwk.handle().parallelizer.until(n, |i| {
+        fwk.handle().parallelizer.until_stopped(n, |i| {
             if found.load(Ordering::Relaxed) >= want {
-                return;
+                return false;
             }
             let node = &nodes[(start + i) % n];
             let s = fwk.run_filter_plugins_with_nominated_pods(state, pod, node);
@@ -454,10 +464,12 @@ impl Scheduler {
                     feasible.lock().push((i, node.clone()));
                 } else {
                     found.fetch_sub(1, Ordering::Relaxed);
+                    return false;
                 }
             } else {
                 failed.lock().push((i, s));
             }
+            true
         });
         let mut feasible = feasible.into_inner();
         let failed = failed.into_inner();
@@ -465,7 +477,6 @@ impl Scheduler {
             return Err(Failure::error(s.message()));
         }
         let processed = feasible.len() + failed.len();
-        self.next_start_node_index = (start + processed) % n;
         for (i, s) in failed {
             if !s.plugin().is_empty() {
                 diagnosis.unschedulable_plugins.insert(s.plugin().to_string());
@@ -473,7 +484,7 @@ impl Scheduler {
             diagnosis.node_to_status.set(nodes[(start + i) % n].name(), s);
         }
         feasible.sort_by_key(|(i, _)| *i);
-        Ok(feasible.into_iter().map(|(_, n)| n).collect())
+        Ok((feasible.into_iter().map(|(_, n)| n).collect(), processed))
     }
 }
 

@@ -49,21 +49,34 @@ impl Parallelizer {
     }
 
     /// Calls `f(i)` for every `i` in `0..pieces`, spread over the workers. Returns when all are
-    /// done. `f` can stop early by ignoring further calls (e.g. after enough feasible nodes).
+    /// done.
     pub fn until(&self, pieces: usize, f: impl Fn(usize) + Sync) {
+        self.until_stopped(pieces, |i| {
+            f(i);
+            true
+        });
+    }
+
+    /// Like [`Parallelizer::until`], but `f` returns whether to go on: once any call returns
+    /// false, workers stop claiming new work (calls already running finish).
+    pub fn until_stopped(&self, pieces: usize, f: impl Fn(usize) -> bool + Sync) {
         if pieces == 0 {
             return;
         }
         let chunk = chunk_size(pieces, self.parallelism);
         let next = AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
         let work = || {
-            loop {
+            while !stop.load(Ordering::Relaxed) {
                 let start = next.fetch_add(chunk, Ordering::Relaxed);
                 if start >= pieces {
                     break;
                 }
                 for i in start..(start + chunk).min(pieces) {
-                    f(i);
+                    if !f(i) {
+                        stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
                 }
             }
         };
@@ -122,6 +135,15 @@ mod tests {
             assert_eq!(count.load(Ordering::Relaxed), 1000);
             assert_eq!(sum.load(Ordering::Relaxed), 999 * 1000 / 2);
         }
+    }
+
+    #[test]
+    fn until_stopped_stops_claiming_work_once_told() {
+        let par = Parallelizer::new(2);
+        let count = AtomicU64::new(0);
+        par.until_stopped(10_000, |_| count.fetch_add(1, Ordering::Relaxed) < 10);
+        let n = count.load(Ordering::Relaxed);
+        assert!((11..1000).contains(&n), "{n}");
     }
 
     #[test]

@@ -3,140 +3,14 @@
 //! Each test starts its own server on a free loopback port with a temp data dir, and gives
 //! kubectl its own `--cache-dir`.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-struct Server {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-impl Server {
-    fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = Server { child: None, dir, port: free_port() };
-        s.spawn();
-        s
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_skiff"))
-            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--etcd-compaction-interval", "0"])
-            .arg("--https-listen-port")
-            .arg(self.port.to_string())
-            .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("starting skiff server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if self.kubeconfig().exists() {
-                let out = self.kubectl(&["get", "--raw", "/readyz"]);
-                if out.status.success() {
-                    return;
-                }
-            }
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("skiff server exited with {status}: {}", self.log());
-            }
-            assert!(Instant::now() < deadline, "server not ready: {}", self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("data/kubeconfig.yaml")
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("kubectl");
-        c.arg("--kubeconfig").arg(self.kubeconfig()).arg("--cache-dir").arg(self.dir.path().join("kubectl-cache"));
-        c.args(args);
-        c
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("running kubectl")
-    }
-
-    /// Runs kubectl, asserting success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs kubectl, asserting failure; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} unexpectedly succeeded: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn apply_stdin(&self, args: &[&str], input: &str) -> Output {
-        let mut child =
-            self.command(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
-    }
-
-    fn ok_stdin(&self, args: &[&str], input: &str) -> String {
-        let out = self.apply_stdin(args, input);
-        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// SIGTERM and wait for a clean exit.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().unwrap();
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                return s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("server did not exit after SIGTERM: {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use common::Server;
 
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment

@@ -1,0 +1,162 @@
+//! The shared e2e harness: a real `skiff server --disable-agent` on a free loopback port with a
+//! temp data dir, and a `kubectl` with its own cache dir.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `skiff server` child process.
+pub struct Server {
+    child: Option<Child>,
+    /// The temp dir (data dir under `data/`).
+    pub dir: tempfile::TempDir,
+    /// The HTTPS port.
+    pub port: u16,
+    extra: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    /// Starts a server and waits for /readyz.
+    pub fn start() -> Server {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra flags and waits for /readyz.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s =
+            Server { child: None, dir, port: free_port(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        s.spawn();
+        s
+    }
+
+    /// (Re)starts the process and waits for /readyz.
+    pub fn spawn(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_skiff"))
+            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
+            .args(if self.extra.iter().any(|a| a == "--etcd-compaction-interval") {
+                vec![]
+            } else {
+                vec!["--etcd-compaction-interval", "0"]
+            })
+            .arg("--https-listen-port")
+            .arg(self.port.to_string())
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting skiff server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig().exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("skiff server exited with {status}: {}", self.log());
+            }
+            assert!(Instant::now() < deadline, "server not ready: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server's stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// The admin kubeconfig the server wrote.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("data/kubeconfig.yaml")
+    }
+
+    /// A kubectl command with this server's kubeconfig and cache dir.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig").arg(self.kubeconfig()).arg("--cache-dir").arg(self.dir.path().join("kubectl-cache"));
+        c.args(args);
+        c
+    }
+
+    /// Runs kubectl.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running kubectl")
+    }
+
+    /// Runs kubectl, asserting success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl, asserting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} unexpectedly succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn apply_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut child =
+            self.command(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl with `input` on stdin, asserting success; returns stdout.
+    pub fn ok_stdin(&self, args: &[&str], input: &str) -> String {
+        let out = self.apply_stdin(args, input);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("server did not exit after SIGTERM: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

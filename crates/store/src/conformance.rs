@@ -578,9 +578,8 @@ pub async fn range_at_a_compacted_revision_fails_with_compacted(h: &mut dyn Harn
     }
     let mut last = revs.clone();
     for round in 1..4 {
-        for i in 0..5 {
-            last[i] =
-                store.update(&format!("{p}n{i}"), format!("v{round}").into_bytes(), last[i]).await.expect("update");
+        for (i, rev) in last.iter_mut().enumerate() {
+            *rev = store.update(&format!("{p}n{i}"), format!("v{round}").into_bytes(), *rev).await.expect("update");
         }
     }
     let (_, _) = store.delete(&format!("{p}n0"), None).await.expect("delete n0");
@@ -607,7 +606,7 @@ pub async fn range_at_a_compacted_revision_fails_with_compacted(h: &mut dyn Harn
     let now = range_all(&store, p, 0).await;
     assert_eq!(
         keys(&now.kvs),
-        vec![format!("{p}n1"), format!("{p}n3"), format!("{p}n4"), format!("{p}n5")]
+        [format!("{p}n1"), format!("{p}n3"), format!("{p}n4"), format!("{p}n5")]
             .iter()
             .map(|s| s.as_str())
             .collect::<Vec<_>>()

@@ -1,18 +1,18 @@
 //! The embedded backend: one SQLite file (WAL mode) holding every revision until compaction.
 //!
 //! Layout and moving parts:
-//! - **Schema** ([`schema`]): a `kv` table with one row per revision (`rev` primary key, key,
+//! - **Schema** (`schema.rs`): a `kv` table with one row per revision (`rev` primary key, key,
 //!   create_rev, prev_rev, deleted flag, value) indexed on `(key, rev)`, and a `meta` table
 //!   (schema version, compacted revision, compaction cursor). A read at revision `R` takes, for
 //!   each key, its newest row at or below `R` and skips tombstones; one read transaction gives
 //!   one consistent snapshot (SQLite WAL snapshot isolation).
-//! - **Writer thread** ([`writer`]): owns the only writing connection. Group commit: it takes
+//! - **Writer thread** (`writer.rs`): owns the only writing connection. Group commit: it takes
 //!   every queued write, checks each in order against an in-memory index of live keys, inserts
 //!   the accepted ones and commits them in one transaction with one fsync of the WAL
 //!   (`synchronous=FULL`); only then does it publish and answer. A rejected compare-and-swap
 //!   fails alone.
 //! - **Readers**: a small pool of `query_only` connections used from `spawn_blocking`.
-//! - **Watch hub** ([`hub`]): the writer hands each committed batch to synced watchers over
+//! - **Watch hub** (`hub.rs`): the writer hands each committed batch to synced watchers over
 //!   bounded channels; a watcher that is behind (new with an old start revision, or too slow)
 //!   reads history from the database and switches to live delivery under the hub's lock.
 //!   Idle watchers get [`WatchResponse::Progress`] every [`Options::progress_interval`].
@@ -650,7 +650,9 @@ mod tests {
 
     type Reply = oneshot::Receiver<Result<WriteOutcome>>;
 
-    fn batch(ops: Vec<WriteOp>) -> (Vec<(WriteOp, oneshot::Sender<Result<WriteOutcome>>)>, Vec<Reply>) {
+    type Queued = (WriteOp, oneshot::Sender<Result<WriteOutcome>>);
+
+    fn batch(ops: Vec<WriteOp>) -> (Vec<Queued>, Vec<Reply>) {
         ops.into_iter()
             .map(|op| {
                 let (tx, rx) = oneshot::channel();

@@ -9,7 +9,7 @@
 //! history is checked against the write log.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
@@ -59,7 +59,7 @@ fn options() -> Options {
     Options { progress_interval: Duration::from_millis(100), compaction_interval: None }
 }
 
-fn open(path: &PathBuf) -> Arc<SqliteBackend> {
+fn open(path: &Path) -> Arc<SqliteBackend> {
     Arc::new(SqliteBackend::open(path, options()).unwrap_or_else(|e| panic!("open {}: {e}", path.display())))
 }
 

@@ -50,3 +50,44 @@ pub fn is_public_path(path: &str) -> bool {
         || path.starts_with("/livez/")
         || path.starts_with("/readyz/")
 }
+
+/// What a request wants to do, for authorization (`authorizer.Attributes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributes {
+    /// Kubernetes verb (get, list, watch, create, update, patch, delete, deletecollection) for
+    /// resource requests; the lower-cased HTTP method for non-resource ones.
+    pub verb: String,
+    /// API group ("" for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (`pods`); empty for non-resource requests.
+    pub resource: String,
+    /// Subresource (`status`, `log`, …).
+    pub subresource: String,
+    /// Namespace ("" for cluster-scoped requests).
+    pub namespace: String,
+    /// Object name ("" for collections).
+    pub name: String,
+    /// The URL path (for non-resource requests such as `/metrics`).
+    pub path: String,
+    /// True for requests on resources.
+    pub resource_request: bool,
+}
+
+/// Decides whether a user may do something. The default allows every authenticated request;
+/// the RBAC authorizer (security issue) replaces it.
+pub trait Authorizer: Send + Sync + 'static {
+    /// `Err` (usually 403 Forbidden in Kubernetes' wording) denies the request.
+    fn authorize(&self, user: &RequestUser, attrs: &Attributes) -> Result<(), skiff_apimachinery::ApiError>;
+}
+
+/// Allows everything (until RBAC is enforced).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AlwaysAllow;
+
+impl Authorizer for AlwaysAllow {
+    fn authorize(&self, _user: &RequestUser, _attrs: &Attributes) -> Result<(), skiff_apimachinery::ApiError> {
+        Ok(())
+    }
+}

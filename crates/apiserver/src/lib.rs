@@ -84,6 +84,8 @@ pub struct AppState {
     pub server_address: String,
     /// Who a request comes from.
     pub authenticator: Arc<dyn Authenticator>,
+    /// What they may do.
+    pub authorizer: Arc<dyn auth::Authorizer>,
 }
 
 impl AppState {
@@ -108,6 +110,8 @@ pub struct Config {
     pub extra_sans: Vec<String>,
     /// Authenticator (`None`: client certificates only).
     pub authenticator: Option<Arc<dyn Authenticator>>,
+    /// Authorizer (`None`: allow every authenticated request).
+    pub authorizer: Option<Arc<dyn auth::Authorizer>>,
 }
 
 impl Config {
@@ -120,6 +124,7 @@ impl Config {
             kubeconfig_path: None,
             extra_sans: Vec::new(),
             authenticator: None,
+            authorizer: None,
         }
     }
 }
@@ -228,6 +233,7 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             server_address: format!("{client_host}:{}", local_addr.port()),
             authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
+            authorizer: config.authorizer.clone().unwrap_or_else(|| Arc::new(auth::AlwaysAllow)),
         });
         bootstrap_namespaces(&state).await?;
 

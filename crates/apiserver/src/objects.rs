@@ -347,9 +347,11 @@ impl Objects {
 
     /// Checks that a namespace exists and is not terminating, for creates in it.
     async fn check_namespace(&self, def: &ResourceDef, ns: &str, name: &str) -> Result<(), ApiError> {
-        let ns_def = crate::registry::builtin().into_iter().find(|d| d.resource == "namespaces" && d.group.is_empty());
-        let Some(ns_def) = ns_def else { return Ok(()) };
-        match self.get_internal(&ns_def, "", ns).await? {
+        static NAMESPACES: std::sync::LazyLock<Option<ResourceDef>> = std::sync::LazyLock::new(|| {
+            crate::registry::builtin().into_iter().find(|d| d.resource == "namespaces" && d.group.is_empty())
+        });
+        let Some(ns_def) = NAMESPACES.as_ref() else { return Ok(()) };
+        match self.get_internal(ns_def, "", ns).await? {
             None => Err(ApiError::not_found("", "namespaces", ns)),
             Some((n, _)) => {
                 let terminating = has_deletion_timestamp(&n)

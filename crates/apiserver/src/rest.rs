@@ -17,7 +17,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
-use crate::auth::{PeerIdentity, RequestUser, is_public_path};
+use crate::auth::{Attributes, PeerIdentity, RequestUser, is_public_path};
 use crate::machinery::Selectors;
 use crate::objects::{DeleteOptions, FieldValidation, ListOptions, WriteOptions, parse_rv};
 use crate::registry::ResourceDef;
@@ -207,6 +207,10 @@ pub fn parse_resource_path(
     let resource = rest[0];
     let def = state.registry.get(group, version, resource).ok_or_else(not_found)?.clone();
     let name = rest.get(1).map(|s| percent_decode(s)).unwrap_or_default();
+    // A name can never contain '/' or be "." or "..": refuse them before they reach a key.
+    if name.contains('/') || name == "." || name == ".." || namespace.contains('%') || namespace == ".." {
+        return Err(ApiError::bad_request(format!("invalid resource name {name:?}")));
+    }
     let subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
     if rest.len() > 3 {
         return Err(not_found());
@@ -336,9 +340,41 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         Err(e) => return error_response(&e),
     };
     let Some(info) = info else {
+        if let Some(user) = &user {
+            let attrs = Attributes {
+                verb: parts.method.as_str().to_ascii_lowercase(),
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: String::new(),
+                path: path.clone(),
+                resource_request: false,
+            };
+            if let Err(e) = state.authorizer.authorize(user, &attrs) {
+                return error_response(&e);
+            }
+        }
         let resp = crate::nonresource::handle(&state, &parts, &path, &q).await;
         return resp;
     };
+    if let Some(user) = &user {
+        let attrs = Attributes {
+            verb: info.verb.to_string(),
+            group: info.def.group.to_string(),
+            version: info.def.version.to_string(),
+            resource: info.def.resource.to_string(),
+            subresource: info.subresource.clone(),
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+            path: path.clone(),
+            resource_request: true,
+        };
+        if let Err(e) = state.authorizer.authorize(user, &attrs) {
+            return error_response(&e);
+        }
+    }
     let verb = info.verb;
     let resp = match dispatch(&state, &parts, body, &q, &info, user).await {
         Ok(r) => r,
@@ -636,11 +672,25 @@ async fn list(
 /// `/api` and `/apis` discovery, plain or aggregated per `Accept`.
 pub fn discovery_response(state: &AppState, headers: &HeaderMap, core: bool) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let wants_aggregated = accept.split(',').next().is_some_and(|first| {
-        first.contains("as=APIGroupDiscoveryList") && first.contains("g=apidiscovery.k8s.io") && first.contains("v=v2")
-    }) || (accept.contains("as=APIGroupDiscoveryList;")
-        && accept.contains("v=v2;")
-        && !accept.starts_with("application/json,"));
+    // The first media range the server can produce wins (client-go lists v2, v2beta1, then
+    // plain JSON).
+    let mut wants_aggregated = false;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let mime = parts.next().unwrap_or("");
+        let params: HashMap<&str, &str> = parts.filter_map(|p| p.split_once('=')).collect();
+        if mime != "application/json" && mime != "*/*" {
+            continue;
+        }
+        match (params.get("as"), params.get("g"), params.get("v")) {
+            (Some(&"APIGroupDiscoveryList"), Some(&"apidiscovery.k8s.io"), Some(&"v2")) => {
+                wants_aggregated = true;
+                break;
+            }
+            (None, _, _) => break,
+            _ => continue,
+        }
+    }
     if wants_aggregated {
         let body = discovery::aggregated(&state.registry, core);
         let mut resp = json_response(StatusCode::OK, &body);

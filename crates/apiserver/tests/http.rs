@@ -532,6 +532,16 @@ async fn discovery_version_table_and_anonymous_access() {
         "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
     );
     assert_eq!(agg.body["kind"], "APIGroupDiscoveryList");
+    let beta_only = call(
+        c,
+        "GET",
+        "/apis",
+        "",
+        None,
+        Some("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+    )
+    .await;
+    assert_eq!(beta_only.body["kind"], "APIGroupList", "v2beta1 is not served: fall back to plain discovery");
     let plain = get(c, "/apis").await;
     assert_eq!(plain.body["kind"], "APIGroupList");
     assert_eq!(get(c, "/api/v1").await.body["kind"], "APIResourceList");

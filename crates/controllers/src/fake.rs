@@ -1,0 +1,469 @@
+//! [`FakeApi`]: an in-memory [`ApiClient`] that records every action, for unit tests.
+//!
+//! Like `client-go`'s fake clientset with its object tracker: objects seeded with
+//! [`FakeApi::seed`] can be read, created, updated (with `resourceVersion` conflicts), patched
+//! (merge and JSON patch; strategic merge patch is applied as a merge patch) and deleted (with
+//! uid preconditions and the `foregroundDeletion`/`orphan` finalizers the API server adds). Every
+//! call is appended to [`FakeApi::actions`]; [`FakeApi::fail_next`] injects an error.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{Value, json};
+use skiff_apimachinery::LabelSelector;
+
+use crate::api::{
+    ApiClient, ApiError, ApiObject, ApiResource, DeleteOptions, DiscoveredResource, PatchType, PropagationPolicy,
+    resource_of,
+};
+
+/// One recorded API call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Action {
+    /// `get`, `list`, `create`, `update`, `patch`, `delete`, `deletecollection`, `discover`.
+    pub verb: &'static str,
+    /// The resource's plural name (`replicasets`).
+    pub resource: String,
+    /// The subresource (`status`, `finalize`), if any.
+    pub subresource: Option<String>,
+    /// The namespace, if any.
+    pub namespace: Option<String>,
+    /// The object name (for `create`, the name of the created object).
+    pub name: String,
+    /// The request body: the object for create/update, the patch for patch.
+    pub body: Option<Value>,
+    /// The patch type of a patch.
+    pub patch_type: Option<PatchType>,
+    /// The delete options of a delete.
+    pub delete_options: Option<DeleteOptions>,
+}
+
+impl Action {
+    /// Whether the call changes state (not get/list/discover).
+    pub fn is_mutation(&self) -> bool {
+        !matches!(self.verb, "get" | "list" | "discover")
+    }
+
+    /// `verb resource[/subresource] [namespace/]name`, for readable assertions.
+    pub fn summary(&self) -> String {
+        let res = match &self.subresource {
+            Some(s) => format!("{}/{s}", self.resource),
+            None => self.resource.clone(),
+        };
+        match &self.namespace {
+            Some(ns) => format!("{} {res} {ns}/{}", self.verb, self.name),
+            None => format!("{} {res} {}", self.verb, self.name),
+        }
+    }
+}
+
+type Key = (String, String, String);
+
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<Key, Value>,
+    actions: Vec<Action>,
+    resource_version: u64,
+    uid: u64,
+    failures: Vec<(&'static str, String, ApiError)>,
+    discovery: Vec<DiscoveredResource>,
+}
+
+/// The recording fake. Cheap to share behind an `Arc`.
+#[derive(Default)]
+pub struct FakeApi {
+    state: Mutex<State>,
+}
+
+fn key(resource: &ApiResource, namespace: Option<&str>, name: &str) -> Key {
+    (format!("{}/{}", resource.group, resource.plural), namespace.unwrap_or("").to_string(), name.to_string())
+}
+
+fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
+    v.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str)
+}
+
+fn now_rfc3339() -> String {
+    let ts = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::fmt::strtime::format("%Y-%m-%dT%H:%M:%SZ", ts).unwrap_or_default()
+}
+
+impl FakeApi {
+    /// An empty fake.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores a typed object as if it existed on the server (not recorded as an action).
+    pub fn seed<K: ApiObject>(&self, object: &K) {
+        self.seed_value(&resource_of::<K>(), serde_json::to_value(object).unwrap_or(Value::Null));
+    }
+
+    /// Stores a JSON object of `resource` (not recorded as an action). A missing uid or
+    /// resourceVersion is filled in.
+    pub fn seed_value(&self, resource: &ApiResource, mut object: Value) {
+        let mut st = self.state.lock();
+        st.resource_version += 1;
+        let rv = st.resource_version;
+        let ns = meta_str(&object, "namespace").map(str::to_string);
+        let name = meta_str(&object, "name").unwrap_or_default().to_string();
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.entry("resourceVersion").or_insert_with(|| json!(rv.to_string()));
+            meta.entry("uid").or_insert_with(|| json!(format!("uid-{name}")));
+        }
+        st.objects.insert(key(resource, ns.as_deref(), &name), object);
+    }
+
+    /// Sets what [`ApiClient::discover`] returns.
+    pub fn set_discovery(&self, resources: Vec<DiscoveredResource>) {
+        self.state.lock().discovery = resources;
+    }
+
+    /// Makes the next call of `verb` on `resource` (plural name) fail with `error`.
+    pub fn fail_next(&self, verb: &'static str, resource: &str, error: ApiError) {
+        self.state.lock().failures.push((verb, resource.to_string(), error));
+    }
+
+    /// Every recorded call, in order.
+    pub fn actions(&self) -> Vec<Action> {
+        self.state.lock().actions.clone()
+    }
+
+    /// The recorded calls that change state.
+    pub fn mutations(&self) -> Vec<Action> {
+        self.actions().into_iter().filter(Action::is_mutation).collect()
+    }
+
+    /// [`Action::summary`] of every mutation.
+    pub fn mutation_summaries(&self) -> Vec<String> {
+        self.mutations().iter().map(Action::summary).collect()
+    }
+
+    /// Forgets the recorded calls.
+    pub fn clear_actions(&self) {
+        self.state.lock().actions.clear();
+    }
+
+    /// The stored object, if any.
+    pub fn object(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.state.lock().objects.get(&key(resource, namespace, name)).cloned()
+    }
+
+    /// The stored typed object, if any.
+    pub fn object_typed<K: ApiObject>(&self, namespace: Option<&str>, name: &str) -> Option<K> {
+        self.object(&resource_of::<K>(), namespace, name).and_then(|v| serde_json::from_value(v).ok())
+    }
+
+    /// Every stored object of a resource.
+    pub fn objects(&self, resource: &ApiResource) -> Vec<Value> {
+        let prefix = format!("{}/{}", resource.group, resource.plural);
+        self.state.lock().objects.iter().filter(|(k, _)| k.0 == prefix).map(|(_, v)| v.clone()).collect()
+    }
+
+    fn record(&self, st: &mut State, action: Action) -> Result<(), ApiError> {
+        let verb = action.verb;
+        let resource = action.resource.clone();
+        st.actions.push(action);
+        if let Some(pos) = st.failures.iter().position(|(v, r, _)| *v == verb && *r == resource) {
+            let (_, _, err) = st.failures.remove(pos);
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    fn next_rv(st: &mut State) -> String {
+        st.resource_version += 1;
+        st.resource_version.to_string()
+    }
+}
+
+fn action(verb: &'static str, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Action {
+    Action {
+        verb,
+        resource: resource.plural.clone(),
+        subresource: None,
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+        body: None,
+        patch_type: None,
+        delete_options: None,
+    }
+}
+
+fn set_meta(obj: &mut Value, field: &str, value: Value) {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"][field] = value;
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl ApiClient for FakeApi {
+    async fn get(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        let mut st = self.state.lock();
+        self.record(&mut st, action("get", resource, namespace, name))?;
+        st.objects
+            .get(&key(resource, namespace, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&resource.group, &resource.plural, name))
+    }
+
+    async fn list(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut st = self.state.lock();
+        self.record(&mut st, action("list", resource, namespace, ""))?;
+        let selector = match label_selector {
+            Some(s) => LabelSelector::parse(s).map_err(ApiError::bad_request)?,
+            None => LabelSelector::everything(),
+        };
+        let prefix = format!("{}/{}", resource.group, resource.plural);
+        Ok(st
+            .objects
+            .iter()
+            .filter(|(k, v)| k.0 == prefix && namespace.is_none_or(|ns| k.1 == ns) && selector.matches_object(v))
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    async fn create(&self, resource: &ApiResource, namespace: Option<&str>, object: &Value) -> Result<Value, ApiError> {
+        let mut st = self.state.lock();
+        let mut obj = object.clone();
+        let mut name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        if name.is_empty() {
+            let prefix = meta_str(&obj, "generateName").unwrap_or_default().to_string();
+            st.uid += 1;
+            name = format!("{prefix}{:05}", st.uid);
+            set_meta(&mut obj, "name", json!(name));
+        }
+        let mut act = action("create", resource, namespace, &name);
+        act.body = Some(object.clone());
+        self.record(&mut st, act)?;
+        let k = key(resource, namespace, &name);
+        if st.objects.contains_key(&k) {
+            return Err(ApiError::already_exists(&resource.group, &resource.plural, &name));
+        }
+        if let Some(ns) = namespace {
+            set_meta(&mut obj, "namespace", json!(ns));
+        }
+        st.uid += 1;
+        let uid = format!("uid-{}-{}", name, st.uid);
+        set_meta(&mut obj, "uid", json!(uid));
+        let rv = Self::next_rv(&mut st);
+        set_meta(&mut obj, "resourceVersion", json!(rv));
+        set_meta(&mut obj, "creationTimestamp", json!(now_rfc3339()));
+        if obj.get("spec").is_some() {
+            set_meta(&mut obj, "generation", json!(1));
+        }
+        st.objects.insert(k, obj.clone());
+        Ok(obj)
+    }
+
+    async fn update(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        object: &Value,
+        subresource: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.state.lock();
+        let mut act = action("update", resource, namespace, name);
+        act.subresource = subresource.map(str::to_string);
+        act.body = Some(object.clone());
+        self.record(&mut st, act)?;
+        let k = key(resource, namespace, name);
+        let Some(stored) = st.objects.get(&k).cloned() else {
+            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
+        };
+        if let Some(rv) = meta_str(object, "resourceVersion")
+            && !rv.is_empty()
+            && Some(rv) != meta_str(&stored, "resourceVersion")
+        {
+            return Err(ApiError::conflict(&resource.group, &resource.plural, name));
+        }
+        let mut new = match subresource {
+            Some("status") => {
+                let mut n = stored.clone();
+                n["status"] = object.get("status").cloned().unwrap_or(Value::Null);
+                n
+            }
+            Some("finalize") => {
+                let mut n = stored.clone();
+                n["spec"]["finalizers"] = object.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+                n
+            }
+            _ => {
+                let mut n = object.clone();
+                if let Some(status) = stored.get("status") {
+                    n["status"] = status.clone();
+                }
+                let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+                let generation = if stored.get("spec") != n.get("spec") { generation + 1 } else { generation };
+                set_meta(&mut n, "generation", json!(generation));
+                for f in ["uid", "creationTimestamp", "deletionTimestamp"] {
+                    if let Some(v) = stored.pointer(&format!("/metadata/{f}")) {
+                        set_meta(&mut n, f, v.clone());
+                    }
+                }
+                n
+            }
+        };
+        let rv = Self::next_rv(&mut st);
+        set_meta(&mut new, "resourceVersion", json!(rv));
+        if new.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&new).is_empty() {
+            st.objects.remove(&k);
+        } else {
+            st.objects.insert(k, new.clone());
+        }
+        Ok(new)
+    }
+
+    async fn patch(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        patch_type: PatchType,
+        patch: &Value,
+        subresource: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let mut st = self.state.lock();
+        let mut act = action("patch", resource, namespace, name);
+        act.subresource = subresource.map(str::to_string);
+        act.body = Some(patch.clone());
+        act.patch_type = Some(patch_type);
+        self.record(&mut st, act)?;
+        let k = key(resource, namespace, name);
+        let Some(mut obj) = st.objects.get(&k).cloned() else {
+            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
+        };
+        if let Some(rv) = meta_str(patch, "resourceVersion")
+            && Some(rv) != meta_str(&obj, "resourceVersion")
+        {
+            return Err(ApiError::conflict(&resource.group, &resource.plural, name));
+        }
+        if let Some(uid) = meta_str(patch, "uid")
+            && Some(uid) != meta_str(&obj, "uid")
+        {
+            return Err(ApiError::conflict(&resource.group, &resource.plural, name));
+        }
+        match patch_type {
+            PatchType::Merge | PatchType::Strategic => json_patch::merge(&mut obj, patch),
+            PatchType::Json => {
+                let p: json_patch::Patch = serde_json::from_value(patch.clone())
+                    .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                json_patch::patch(&mut obj, &p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+            }
+        }
+        let rv = Self::next_rv(&mut st);
+        set_meta(&mut obj, "resourceVersion", json!(rv));
+        if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&obj).is_empty() {
+            st.objects.remove(&k);
+        } else {
+            st.objects.insert(k, obj.clone());
+        }
+        Ok(obj)
+    }
+
+    async fn delete(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        let mut st = self.state.lock();
+        let mut act = action("delete", resource, namespace, name);
+        act.delete_options = Some(options.clone());
+        self.record(&mut st, act)?;
+        let k = key(resource, namespace, name);
+        let Some(mut obj) = st.objects.get(&k).cloned() else {
+            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
+        };
+        if let Some(uid) = &options.precondition_uid
+            && Some(uid.as_str()) != meta_str(&obj, "uid")
+        {
+            return Err(ApiError::conflict(&resource.group, &resource.plural, name));
+        }
+        let mut fins = finalizers(&obj);
+        match options.propagation_policy {
+            Some(PropagationPolicy::Foreground) if !fins.iter().any(|f| f == "foregroundDeletion") => {
+                fins.push("foregroundDeletion".into())
+            }
+            Some(PropagationPolicy::Orphan) if !fins.iter().any(|f| f == "orphan") => fins.push("orphan".into()),
+            _ => {}
+        }
+        if fins.is_empty() {
+            st.objects.remove(&k);
+        } else {
+            set_meta(&mut obj, "finalizers", json!(fins));
+            if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                set_meta(&mut obj, "deletionTimestamp", json!(now_rfc3339()));
+            }
+            let rv = Self::next_rv(&mut st);
+            set_meta(&mut obj, "resourceVersion", json!(rv));
+            st.objects.insert(k, obj);
+        }
+        Ok(())
+    }
+
+    async fn delete_collection(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        options: &DeleteOptions,
+    ) -> Result<(), ApiError> {
+        let names: Vec<String> = {
+            let mut st = self.state.lock();
+            let mut act = action("deletecollection", resource, namespace, "");
+            act.delete_options = Some(options.clone());
+            self.record(&mut st, act)?;
+            let prefix = format!("{}/{}", resource.group, resource.plural);
+            st.objects
+                .keys()
+                .filter(|k| k.0 == prefix && namespace.is_none_or(|ns| k.1 == ns))
+                .map(|k| k.2.clone())
+                .collect()
+        };
+        for name in names {
+            let mut st = self.state.lock();
+            let k = key(resource, namespace, &name);
+            if let Some(mut obj) = st.objects.get(&k).cloned() {
+                if finalizers(&obj).is_empty() {
+                    st.objects.remove(&k);
+                } else if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                    set_meta(&mut obj, "deletionTimestamp", json!(now_rfc3339()));
+                    st.objects.insert(k, obj);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn discover(&self) -> Result<Vec<DiscoveredResource>, ApiError> {
+        let mut st = self.state.lock();
+        self.record(
+            &mut st,
+            action("discover", &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), None, ""),
+        )?;
+        Ok(st.discovery.clone())
+    }
+}
+
+/// Serializes any value to JSON for assertions (`Value::Null` on failure).
+pub fn json_of<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}

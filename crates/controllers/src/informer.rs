@@ -1,0 +1,828 @@
+//! Shared informers: one list+watch per resource type, an indexed local cache, and event
+//! handlers that only enqueue keys (`client-go`'s `SharedIndexInformer`).
+//!
+//! - The list+watch state machine is `kube::runtime::watcher`: it lists, then watches from the
+//!   list's `resourceVersion`, resumes a broken watch from the last version seen, and on
+//!   **410 Gone** (the version was compacted) starts over with a full relist (`Event::Init`).
+//!   Errors are retried with `kube`'s default backoff.
+//! - [`Store`] is the cache: objects by `namespace/name` key plus named indexes
+//!   ([`NAMESPACE_INDEX`], [`OWNER_UID_INDEX`], [`NODE_NAME_INDEX`], or any [`IndexFunc`]).
+//! - An [`Informer`] applies watch events to its store, then calls every
+//!   [`ResourceEventHandler`] with the old and new object. A relist is diffed against the cache:
+//!   new objects are adds, known ones updates, missing ones deletes. Every `resync_period` each
+//!   cached object is re-delivered as an update with `old == new` (periodic resync).
+//! - [`SharedInformerFactory`] hands out one informer per resource (typed for the k8s-openapi
+//!   types, `DynamicObject` for anything else), so all controllers share one watch and one cache.
+//!
+//! Reference: `k8s.io/client-go/tools/cache` (`shared_informer.go`, `thread_safe_store.go`,
+//! `index.go`, `reflector.go`).
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use parking_lot::{Mutex, RwLock};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+
+use crate::api::ApiResource;
+
+/// Index of objects by `metadata.namespace` (`cache.NamespaceIndex`).
+pub const NAMESPACE_INDEX: &str = "namespace";
+/// Index of objects by the uid of each of their `ownerReferences`.
+pub const OWNER_UID_INDEX: &str = "ownerUID";
+/// Index of pods by `spec.nodeName` (added to the pod informer by whoever needs it).
+pub const NODE_NAME_INDEX: &str = "spec.nodeName";
+
+/// Computes the index values of an object.
+pub type IndexFunc<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
+
+/// `MetaNamespaceKeyFunc`: `namespace/name` for namespaced objects, `name` otherwise.
+pub fn key_of<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    let name = meta.name.as_deref().unwrap_or_default();
+    match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// Splits a queue key into `(namespace, name)` (`SplitMetaNamespaceKey`).
+pub fn split_key(key: &str) -> (Option<&str>, &str) {
+    match key.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, key),
+    }
+}
+
+struct StoreInner<K> {
+    items: HashMap<String, Arc<K>>,
+    indexers: Vec<(&'static str, IndexFunc<K>)>,
+    /// index name → index value → object keys.
+    indices: HashMap<&'static str, HashMap<String, HashSet<String>>>,
+}
+
+impl<K> StoreInner<K> {
+    fn index_add(&mut self, key: &str, obj: &K) {
+        for (name, f) in &self.indexers {
+            let idx = self.indices.entry(name).or_default();
+            for v in f(obj) {
+                idx.entry(v).or_default().insert(key.to_string());
+            }
+        }
+    }
+
+    fn index_remove(&mut self, key: &str, obj: &K) {
+        for (name, f) in &self.indexers {
+            if let Some(idx) = self.indices.get_mut(name) {
+                for v in f(obj) {
+                    if let Some(set) = idx.get_mut(&v) {
+                        set.remove(key);
+                        if set.is_empty() {
+                            idx.remove(&v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A thread-safe, indexed object cache (`cache.Indexer`). Cloning shares the cache.
+pub struct Store<K> {
+    inner: Arc<RwLock<StoreInner<K>>>,
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone() }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Default for Store<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Store<K> {
+    /// An empty store with the namespace and owner-uid indexes.
+    pub fn new() -> Self {
+        let store = Self {
+            inner: Arc::new(RwLock::new(StoreInner {
+                items: HashMap::new(),
+                indexers: Vec::new(),
+                indices: HashMap::new(),
+            })),
+        };
+        store.add_indexer(NAMESPACE_INDEX, |o: &K| o.meta().namespace.iter().cloned().collect());
+        store.add_indexer(OWNER_UID_INDEX, |o: &K| {
+            o.meta().owner_references.iter().flatten().map(|r| r.uid.clone()).collect()
+        });
+        store
+    }
+
+    /// Adds a named index (no-op if one with that name exists); existing objects are indexed.
+    pub fn add_indexer(&self, name: &'static str, f: impl Fn(&K) -> Vec<String> + Send + Sync + 'static) {
+        let mut inner = self.inner.write();
+        if inner.indexers.iter().any(|(n, _)| *n == name) {
+            return;
+        }
+        let f: IndexFunc<K> = Arc::new(f);
+        let mut idx: HashMap<String, HashSet<String>> = HashMap::new();
+        for (key, obj) in &inner.items {
+            for v in f(obj) {
+                idx.entry(v).or_default().insert(key.clone());
+            }
+        }
+        inner.indices.insert(name, idx);
+        inner.indexers.push((name, f));
+    }
+
+    /// The object with this key (`namespace/name` or `name`).
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.inner.read().items.get(key).cloned()
+    }
+
+    /// The object `name` in `namespace` (`None` for cluster-scoped).
+    pub fn get_namespaced(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        match namespace {
+            Some(ns) if !ns.is_empty() => self.get(&format!("{ns}/{name}")),
+            _ => self.get(name),
+        }
+    }
+
+    /// Every cached object (unordered).
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.inner.read().items.values().cloned().collect()
+    }
+
+    /// Every cached key.
+    pub fn keys(&self) -> Vec<String> {
+        self.inner.read().items.keys().cloned().collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        self.inner.read().items.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects whose index `index` contains `value` (`ByIndex`); empty for an unknown index.
+    pub fn by_index(&self, index: &str, value: &str) -> Vec<Arc<K>> {
+        let inner = self.inner.read();
+        let Some(keys) = inner.indices.get(index).and_then(|idx| idx.get(value)) else {
+            return Vec::new();
+        };
+        keys.iter().filter_map(|k| inner.items.get(k).cloned()).collect()
+    }
+
+    /// The objects in `namespace`.
+    pub fn list_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
+        self.by_index(NAMESPACE_INDEX, namespace)
+    }
+
+    /// Inserts or replaces an object; returns the new entry and the previous one.
+    pub fn apply(&self, obj: K) -> (Arc<K>, Option<Arc<K>>) {
+        let key = key_of(&obj);
+        let obj = Arc::new(obj);
+        let mut inner = self.inner.write();
+        let old = inner.items.insert(key.clone(), obj.clone());
+        if let Some(old) = &old {
+            inner.index_remove(&key, old);
+        }
+        inner.index_add(&key, &obj);
+        (obj, old)
+    }
+
+    /// Removes the object with this key; returns it if it was cached.
+    pub fn remove(&self, key: &str) -> Option<Arc<K>> {
+        let mut inner = self.inner.write();
+        let old = inner.items.remove(key);
+        if let Some(old) = &old {
+            inner.index_remove(key, old);
+        }
+        old
+    }
+}
+
+/// Callbacks of an informer. They run on the informer's task and must be quick: handlers only
+/// compute keys and enqueue them.
+pub trait ResourceEventHandler<K>: Send + Sync {
+    /// An object appeared (first list, watch ADDED, or relist).
+    fn on_add(&self, obj: &Arc<K>);
+    /// An object changed; `old == new` (same resourceVersion) on a periodic resync.
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>);
+    /// An object disappeared (watch DELETED, or missing from a relist), last known state.
+    fn on_delete(&self, obj: &Arc<K>);
+}
+
+type Callback1<K> = Box<dyn Fn(&Arc<K>) + Send + Sync>;
+type Callback2<K> = Box<dyn Fn(&Arc<K>, &Arc<K>) + Send + Sync>;
+
+/// A [`ResourceEventHandler`] from closures (`cache.ResourceEventHandlerFuncs`).
+pub struct HandlerFns<K> {
+    add: Option<Callback1<K>>,
+    update: Option<Callback2<K>>,
+    delete: Option<Callback1<K>>,
+}
+
+impl<K> Default for HandlerFns<K> {
+    fn default() -> Self {
+        Self { add: None, update: None, delete: None }
+    }
+}
+
+impl<K> HandlerFns<K> {
+    /// No callbacks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the add callback.
+    pub fn on_add(mut self, f: impl Fn(&Arc<K>) + Send + Sync + 'static) -> Self {
+        self.add = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the update callback.
+    pub fn on_update(mut self, f: impl Fn(&Arc<K>, &Arc<K>) + Send + Sync + 'static) -> Self {
+        self.update = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the delete callback.
+    pub fn on_delete(mut self, f: impl Fn(&Arc<K>) + Send + Sync + 'static) -> Self {
+        self.delete = Some(Box::new(f));
+        self
+    }
+}
+
+impl<K: Send + Sync> ResourceEventHandler<K> for HandlerFns<K> {
+    fn on_add(&self, obj: &Arc<K>) {
+        if let Some(f) = &self.add {
+            f(obj)
+        }
+    }
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if let Some(f) = &self.update {
+            f(old, new)
+        }
+    }
+    fn on_delete(&self, obj: &Arc<K>) {
+        if let Some(f) = &self.delete {
+            f(obj)
+        }
+    }
+}
+
+/// A metadata-only event, for consumers that handle every resource alike (the garbage collector).
+#[derive(Debug, Clone, Copy)]
+pub enum MetaEvent<'a> {
+    /// An object appeared.
+    Add(&'a ObjectMeta),
+    /// An object changed.
+    Update {
+        /// Previous state.
+        old: &'a ObjectMeta,
+        /// New state.
+        new: &'a ObjectMeta,
+    },
+    /// An object disappeared.
+    Delete(&'a ObjectMeta),
+}
+
+/// Receives [`MetaEvent`]s of some resource.
+pub trait MetaEventHandler: Send + Sync {
+    /// Called for each event with the resource the object belongs to.
+    fn on_meta_event(&self, resource: &ApiResource, event: MetaEvent<'_>);
+}
+
+/// The type-erased view of any informer that the garbage collector uses.
+pub trait MetaInformer: Send + Sync {
+    /// The watched resource.
+    fn resource(&self) -> &ApiResource;
+    /// Adds a metadata handler (existing objects are replayed as adds).
+    fn add_meta_handler(&self, handler: Arc<dyn MetaEventHandler>);
+    /// Whether the first list has been applied.
+    fn has_synced(&self) -> bool;
+    /// Metadata of every cached object.
+    fn list_meta(&self) -> Vec<ObjectMeta>;
+}
+
+type WatchStream<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
+
+/// One resource's list+watch, cache and handlers (`SharedIndexInformer`).
+pub struct Informer<K> {
+    resource: ApiResource,
+    store: Store<K>,
+    handlers: RwLock<Vec<Arc<dyn ResourceEventHandler<K>>>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    resync_period: Option<Duration>,
+    init_buffer: Mutex<Option<Vec<K>>>,
+    source: Mutex<Option<WatchStream<K>>>,
+}
+
+impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
+    /// An informer without a watch source (tests seed its store and call
+    /// [`Informer::handle_event`]).
+    pub fn new(resource: ApiResource, resync_period: Option<Duration>) -> Self {
+        Self {
+            resource,
+            store: Store::new(),
+            handlers: RwLock::new(Vec::new()),
+            synced: tokio::sync::watch::channel(false).0,
+            resync_period,
+            init_buffer: Mutex::new(None),
+            source: Mutex::new(None),
+        }
+    }
+
+    /// An informer fed by `stream` once [`Informer::start`] is called.
+    pub fn with_stream(
+        resource: ApiResource,
+        resync_period: Option<Duration>,
+        stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    ) -> Self {
+        let informer = Self::new(resource, resync_period);
+        *informer.source.lock() = Some(stream.boxed());
+        informer
+    }
+
+    /// The watched resource.
+    pub fn resource(&self) -> &ApiResource {
+        &self.resource
+    }
+
+    /// The cache (a shared handle).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Registers a handler. Objects already cached are delivered to it as adds first.
+    pub fn add_event_handler(&self, handler: Arc<dyn ResourceEventHandler<K>>) {
+        let existing = {
+            let mut handlers = self.handlers.write();
+            handlers.push(handler.clone());
+            self.store.list()
+        };
+        for obj in existing {
+            handler.on_add(&obj);
+        }
+    }
+
+    /// Whether the first complete list has been applied to the cache.
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits until [`Informer::has_synced`] (`WaitForCacheSync`).
+    pub async fn wait_for_sync(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Marks the cache as synced without a watch (tests).
+    pub fn mark_synced(&self) {
+        self.synced.send_replace(true);
+    }
+
+    fn handlers(&self) -> Vec<Arc<dyn ResourceEventHandler<K>>> {
+        self.handlers.read().clone()
+    }
+
+    /// Applies one watch event to the cache and notifies the handlers.
+    pub fn handle_event(&self, event: Event<K>) {
+        match event {
+            Event::Init => *self.init_buffer.lock() = Some(Vec::new()),
+            Event::InitApply(obj) => self.init_buffer.lock().get_or_insert_with(Vec::new).push(obj),
+            Event::InitDone => {
+                let listed = self.init_buffer.lock().take().unwrap_or_default();
+                self.replace(listed);
+                self.synced.send_replace(true);
+            }
+            Event::Apply(obj) => {
+                let (new, old) = self.store.apply(obj);
+                for h in self.handlers() {
+                    match &old {
+                        Some(old) => h.on_update(old, &new),
+                        None => h.on_add(&new),
+                    }
+                }
+            }
+            Event::Delete(obj) => {
+                let key = key_of(&obj);
+                let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(obj));
+                for h in self.handlers() {
+                    h.on_delete(&last);
+                }
+            }
+        }
+    }
+
+    /// Replaces the cache with a complete list (`Replace`): adds, updates and deletes are
+    /// delivered for the difference.
+    fn replace(&self, listed: Vec<K>) {
+        let mut seen = HashSet::new();
+        let mut changes = Vec::new();
+        for obj in listed {
+            seen.insert(key_of(&obj));
+            let (new, old) = self.store.apply(obj);
+            changes.push((old, Some(new)));
+        }
+        for key in self.store.keys() {
+            if !seen.contains(&key)
+                && let Some(old) = self.store.remove(&key)
+            {
+                changes.push((Some(old), None));
+            }
+        }
+        let handlers = self.handlers();
+        for (old, new) in changes {
+            for h in &handlers {
+                match (&old, &new) {
+                    (None, Some(n)) => h.on_add(n),
+                    (Some(o), Some(n)) => h.on_update(o, n),
+                    (Some(o), None) => h.on_delete(o),
+                    (None, None) => {}
+                }
+            }
+        }
+    }
+
+    /// Re-delivers every cached object as an update with `old == new` (periodic resync).
+    pub fn resync(&self) {
+        let handlers = self.handlers();
+        for obj in self.store.list() {
+            for h in &handlers {
+                h.on_update(&obj, &obj);
+            }
+        }
+    }
+
+    /// Spawns the watch loop (no-op without a source or if already started).
+    pub fn start(self: &Arc<Self>) -> Option<JoinHandle<()>> {
+        let stream = self.source.lock().take()?;
+        let me = self.clone();
+        Some(tokio::spawn(async move { me.run(stream).await }))
+    }
+
+    async fn run(self: Arc<Self>, mut stream: WatchStream<K>) {
+        let mut resync = self.resync_period.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
+        loop {
+            let tick = async {
+                match resync.as_mut() {
+                    Some(i) => {
+                        i.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                event = stream.next() => match event {
+                    Some(Ok(event)) => self.handle_event(event),
+                    Some(Err(err)) => {
+                        tracing::warn!(resource = %self.resource.plural, %err, "watch failed, retrying");
+                    }
+                    None => return,
+                },
+                _ = tick => {
+                    if self.has_synced() {
+                        self.resync();
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct MetaAdapter {
+    resource: ApiResource,
+    inner: Arc<dyn MetaEventHandler>,
+}
+
+impl<K: Resource + Send + Sync> ResourceEventHandler<K> for MetaAdapter {
+    fn on_add(&self, obj: &Arc<K>) {
+        self.inner.on_meta_event(&self.resource, MetaEvent::Add(obj.meta()));
+    }
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        self.inner.on_meta_event(&self.resource, MetaEvent::Update { old: old.meta(), new: new.meta() });
+    }
+    fn on_delete(&self, obj: &Arc<K>) {
+        self.inner.on_meta_event(&self.resource, MetaEvent::Delete(obj.meta()));
+    }
+}
+
+impl<K: Resource + Clone + Send + Sync + 'static> MetaInformer for Informer<K> {
+    fn resource(&self) -> &ApiResource {
+        &self.resource
+    }
+
+    fn add_meta_handler(&self, handler: Arc<dyn MetaEventHandler>) {
+        self.add_event_handler(Arc::new(MetaAdapter { resource: self.resource.clone(), inner: handler }));
+    }
+
+    fn has_synced(&self) -> bool {
+        Informer::has_synced(self)
+    }
+
+    fn list_meta(&self) -> Vec<ObjectMeta> {
+        self.store.list().iter().map(|o| o.meta().clone()).collect()
+    }
+}
+
+trait AnyInformer: Send + Sync {
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+    fn as_meta(self: Arc<Self>) -> Arc<dyn MetaInformer>;
+    fn start_any(self: Arc<Self>) -> Option<JoinHandle<()>>;
+    fn synced(&self) -> bool;
+}
+
+impl<K: Resource + Clone + Send + Sync + 'static> AnyInformer for Informer<K> {
+    fn as_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+    fn as_meta(self: Arc<Self>) -> Arc<dyn MetaInformer> {
+        self
+    }
+    fn start_any(self: Arc<Self>) -> Option<JoinHandle<()>> {
+        self.start()
+    }
+    fn synced(&self) -> bool {
+        self.has_synced()
+    }
+}
+
+fn gvr_key(ar: &ApiResource) -> String {
+    format!("{}/{}/{}", ar.group, ar.version, ar.plural)
+}
+
+/// Hands out one shared informer per resource (`SharedInformerFactory`). Without a client
+/// (tests), informers have no watch and are filled by hand.
+pub struct SharedInformerFactory {
+    client: Option<kube::Client>,
+    resync_period: Option<Duration>,
+    informers: Mutex<HashMap<String, Arc<dyn AnyInformer>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl SharedInformerFactory {
+    /// A factory whose informers watch through `client` and resync every `resync_period`.
+    pub fn new(client: kube::Client, resync_period: Option<Duration>) -> Self {
+        Self {
+            client: Some(client),
+            resync_period,
+            informers: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A factory whose informers never watch (unit tests seed their stores).
+    pub fn for_tests() -> Self {
+        Self { client: None, resync_period: None, informers: Mutex::new(HashMap::new()), tasks: Mutex::new(Vec::new()) }
+    }
+
+    /// The shared informer of a k8s-openapi type (created on first use; cluster-wide).
+    pub fn informer<K>(&self) -> Arc<Informer<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let ar = ApiResource::erase::<K>(&());
+        let key = gvr_key(&ar);
+        let mut informers = self.informers.lock();
+        if let Some(existing) = informers.get(&key)
+            && let Ok(typed) = existing.clone().as_any().downcast::<Informer<K>>()
+        {
+            return typed;
+        }
+        let informer = Arc::new(match &self.client {
+            Some(client) => {
+                let stream =
+                    watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff();
+                Informer::with_stream(ar, self.resync_period, stream)
+            }
+            None => Informer::new(ar, self.resync_period),
+        });
+        // A dynamic informer registered first for the same resource is replaced for new users.
+        informers.insert(key, informer.clone());
+        informer
+    }
+
+    /// The shared informer of any resource as a metadata view: the typed informer if one
+    /// exists, a `DynamicObject` informer otherwise.
+    pub fn meta_informer(&self, ar: &ApiResource) -> Arc<dyn MetaInformer> {
+        let key = gvr_key(ar);
+        let mut informers = self.informers.lock();
+        if let Some(existing) = informers.get(&key) {
+            return existing.clone().as_meta();
+        }
+        let informer: Arc<Informer<DynamicObject>> = Arc::new(match &self.client {
+            Some(client) => {
+                let api = Api::<DynamicObject>::all_with(client.clone(), ar);
+                let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+                Informer::with_stream(ar.clone(), self.resync_period, stream)
+            }
+            None => Informer::new(ar.clone(), self.resync_period),
+        });
+        informers.insert(key, informer.clone());
+        informer
+    }
+
+    /// Starts every informer not started yet (safe to call again after adding informers).
+    pub fn start(&self) {
+        let informers: Vec<_> = self.informers.lock().values().cloned().collect();
+        let mut tasks = self.tasks.lock();
+        for i in informers {
+            if let Some(handle) = i.start_any() {
+                tasks.push(handle);
+            }
+        }
+    }
+
+    /// Whether every informer created so far has synced.
+    pub fn has_synced(&self) -> bool {
+        self.informers.lock().values().all(|i| i.synced())
+    }
+
+    /// Waits until every informer created so far has synced (`WaitForCacheSync`).
+    pub async fn wait_for_cache_sync(&self) {
+        while !self.has_synced() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every watch.
+    pub fn shutdown(&self) {
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for SharedInformerFactory {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn pod(ns: &str, name: &str, rv: &str, node: Option<&str>, owner: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                owner_references: owner.map(|uid| {
+                    vec![OwnerReference {
+                        uid: uid.into(),
+                        name: "rs".into(),
+                        kind: "ReplicaSet".into(),
+                        api_version: "apps/v1".into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            spec: Some(PodSpec { node_name: node.map(str::to_string), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[derive(Default)]
+    struct Counts {
+        adds: AtomicUsize,
+        updates: AtomicUsize,
+        deletes: AtomicUsize,
+    }
+
+    impl ResourceEventHandler<Pod> for Counts {
+        fn on_add(&self, _: &Arc<Pod>) {
+            self.adds.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_update(&self, _: &Arc<Pod>, _: &Arc<Pod>) {
+            self.updates.fetch_add(1, Ordering::SeqCst);
+        }
+        fn on_delete(&self, _: &Arc<Pod>) {
+            self.deletes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn informer() -> (Informer<Pod>, Arc<Counts>) {
+        let i = Informer::new(ApiResource::erase::<Pod>(&()), None);
+        let counts = Arc::new(Counts::default());
+        i.add_event_handler(counts.clone());
+        i.store().add_indexer(NODE_NAME_INDEX, |p: &Pod| {
+            p.spec.as_ref().and_then(|s| s.node_name.clone()).into_iter().collect()
+        });
+        (i, counts)
+    }
+
+    #[test]
+    fn indexes_find_objects_by_namespace_owner_and_node() {
+        let (i, _) = informer();
+        i.handle_event(Event::Apply(pod("a", "p1", "1", Some("n1"), Some("rs-uid"))));
+        i.handle_event(Event::Apply(pod("a", "p2", "2", Some("n2"), None)));
+        i.handle_event(Event::Apply(pod("b", "p3", "3", Some("n1"), Some("rs-uid"))));
+        let names = |v: Vec<Arc<Pod>>| {
+            let mut n: Vec<String> = v.iter().map(|p| key_of(p.as_ref())).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(i.store().list_namespace("a")), ["a/p1", "a/p2"]);
+        assert_eq!(names(i.store().by_index(OWNER_UID_INDEX, "rs-uid")), ["a/p1", "b/p3"]);
+        assert_eq!(names(i.store().by_index(NODE_NAME_INDEX, "n1")), ["a/p1", "b/p3"]);
+        // Moving a pod updates the index.
+        i.handle_event(Event::Apply(pod("a", "p1", "4", Some("n2"), None)));
+        assert_eq!(names(i.store().by_index(NODE_NAME_INDEX, "n1")), ["b/p3"]);
+        assert_eq!(names(i.store().by_index(OWNER_UID_INDEX, "rs-uid")), ["b/p3"]);
+        i.handle_event(Event::Delete(pod("b", "p3", "5", Some("n1"), None)));
+        assert!(i.store().by_index(NODE_NAME_INDEX, "n1").is_empty());
+    }
+
+    #[test]
+    fn a_relist_is_diffed_into_adds_updates_and_deletes() {
+        let (i, counts) = informer();
+        for e in [
+            Event::Init,
+            Event::InitApply(pod("a", "p1", "1", None, None)),
+            Event::InitApply(pod("a", "p2", "1", None, None)),
+            Event::InitDone,
+        ] {
+            i.handle_event(e);
+        }
+        assert!(i.has_synced());
+        assert_eq!(counts.adds.load(Ordering::SeqCst), 2);
+        // A relist (after 410 Gone): p1 changed, p2 vanished, p3 appeared.
+        for e in [
+            Event::Init,
+            Event::InitApply(pod("a", "p1", "7", None, None)),
+            Event::InitApply(pod("a", "p3", "8", None, None)),
+            Event::InitDone,
+        ] {
+            i.handle_event(e);
+        }
+        assert_eq!(counts.adds.load(Ordering::SeqCst), 3);
+        assert_eq!(counts.updates.load(Ordering::SeqCst), 1);
+        assert_eq!(counts.deletes.load(Ordering::SeqCst), 1);
+        let mut keys = i.store().keys();
+        keys.sort();
+        assert_eq!(keys, ["a/p1", "a/p3"]);
+    }
+
+    #[test]
+    fn resync_redelivers_every_object_as_an_update_and_late_handlers_get_adds() {
+        let (i, counts) = informer();
+        i.handle_event(Event::Apply(pod("a", "p1", "1", None, None)));
+        i.handle_event(Event::Apply(pod("a", "p2", "1", None, None)));
+        i.resync();
+        assert_eq!(counts.updates.load(Ordering::SeqCst), 2);
+        let late = Arc::new(Counts::default());
+        i.add_event_handler(late.clone());
+        assert_eq!(late.adds.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_started_informer_consumes_its_stream_and_syncs() {
+        let events: Vec<Result<Event<Pod>, watcher::Error>> =
+            vec![Ok(Event::Init), Ok(Event::InitApply(pod("a", "p1", "1", None, None))), Ok(Event::InitDone)];
+        let stream = futures::stream::iter(events).chain(futures::stream::pending());
+        let i = Arc::new(Informer::with_stream(ApiResource::erase::<Pod>(&()), None, stream));
+        let handle = i.start().unwrap();
+        assert!(i.start().is_none());
+        i.wait_for_sync().await;
+        assert_eq!(i.store().len(), 1);
+        handle.abort();
+    }
+
+    #[test]
+    fn the_factory_shares_one_informer_per_resource() {
+        let f = SharedInformerFactory::for_tests();
+        let a = f.informer::<Pod>();
+        let b = f.informer::<Pod>();
+        assert!(Arc::ptr_eq(&a, &b));
+        let meta = f.meta_informer(&ApiResource::erase::<Pod>(&()));
+        a.handle_event(Event::Apply(pod("a", "p1", "1", None, None)));
+        assert_eq!(meta.list_meta().len(), 1);
+    }
+}

@@ -25,12 +25,8 @@ pub fn aggregate_rules<'a>(
     all: impl IntoIterator<Item = &'a ClusterRole>,
 ) -> Result<Option<Vec<PolicyRule>>, String> {
     let Some(agg) = &target.aggregation_rule else { return Ok(None) };
-    let selectors = agg
-        .cluster_role_selectors
-        .iter()
-        .flatten()
-        .map(|s| LabelSelector::from_metav1(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let selectors =
+        agg.cluster_role_selectors.iter().flatten().map(LabelSelector::from_metav1).collect::<Result<Vec<_>, _>>()?;
     let target_name = target.metadata.name.as_deref().unwrap_or_default();
     let mut matched: BTreeMap<&str, &ClusterRole> = BTreeMap::new();
     for role in all {
@@ -61,11 +57,11 @@ pub fn aggregate_to_fixed_point(mut roles: Vec<ClusterRole>) -> Vec<ClusterRole>
     for _ in 0..16 {
         let mut changed = false;
         for i in 0..roles.len() {
-            if let Ok(Some(rules)) = aggregate_rules(&roles[i], roles.iter()) {
-                if roles[i].rules.as_ref() != Some(&rules) {
-                    roles[i].rules = Some(rules);
-                    changed = true;
-                }
+            if let Ok(Some(rules)) = aggregate_rules(&roles[i], roles.iter())
+                && roles[i].rules.as_ref() != Some(&rules)
+            {
+                roles[i].rules = Some(rules);
+                changed = true;
             }
         }
         if !changed {

@@ -450,10 +450,10 @@ impl State {
             self.cluster_index.insert(&b);
         } else {
             let ns = b.namespace.clone();
-            if let Some(old) = self.role_bindings.entry(ns.clone()).or_default().insert(b.name.clone(), b.clone()) {
-                if let Some(index) = self.namespace_index.get_mut(&ns) {
-                    index.remove(&old);
-                }
+            if let Some(old) = self.role_bindings.entry(ns.clone()).or_default().insert(b.name.clone(), b.clone())
+                && let Some(index) = self.namespace_index.get_mut(&ns)
+            {
+                index.remove(&old);
             }
             self.namespace_index.entry(ns).or_default().insert(&b);
         }

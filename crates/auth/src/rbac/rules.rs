@@ -69,10 +69,11 @@ pub fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) ->
             }
             continue;
         }
-        if let Some((res, sub)) = r.split_once('/') {
-            if sub == subresource && (res == resource || res == "*") {
-                return true;
-            }
+        if let Some((res, sub)) = r.split_once('/')
+            && sub == subresource
+            && (res == resource || res == "*")
+        {
+            return true;
         }
     }
     false

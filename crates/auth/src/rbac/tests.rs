@@ -132,7 +132,8 @@ fn authorization_matrix_gives_the_answers_rbac_defines() {
     let nobody = user("nobody", &[]);
     let dave = user("dave", &[]);
     // (user, verb, group, resource, subresource, namespace, name, allowed)
-    let cases: Vec<(&UserInfo, &str, &str, &str, &str, &str, &str, bool)> = vec![
+    type Case<'a> = (&'a UserInfo, &'a str, &'a str, &'a str, &'a str, &'a str, &'a str, bool);
+    let cases: Vec<Case> = vec![
         (&jane, "get", "", "pods", "", "default", "web", true),
         (&jane, "list", "", "pods", "", "default", "", true),
         (&jane, "watch", "", "pods", "", "default", "", true),

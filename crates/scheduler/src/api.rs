@@ -1,6 +1,8 @@
 //! [`ClusterApi`] implementations: [`KubeApi`] over `kube::Client` (the real API server),
 //! [`RecordingApi`] for tests, [`NoopApi`] for benchmarks.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
@@ -15,15 +17,23 @@ use crate::framework::{ClusterApi, PodInfo, PodStatusUpdate, SchedulerEvent};
 pub const COMPONENT: &str = "default-scheduler";
 
 /// Writes through the Kubernetes API.
+///
+/// Repeated events (same object, reason and message) are aggregated like client-go's event
+/// correlator does: the existing Event's `count` and `lastTimestamp` are updated instead of
+/// creating a new Event, so `kubectl describe` shows `(x3 over 2m)`.
 #[derive(Clone)]
 pub struct KubeApi {
     client: kube::Client,
+    seen: Arc<Mutex<HashMap<String, (String, i32)>>>,
 }
+
+/// Past this many distinct events, the aggregation memory starts over.
+const MAX_AGGREGATED_EVENTS: usize = 4096;
 
 impl KubeApi {
     /// Wraps a client.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self { client, seen: Arc::new(Mutex::new(HashMap::new())) }
     }
 }
 
@@ -108,6 +118,23 @@ impl ClusterApi for KubeApi {
     async fn record_event(&self, ev: SchedulerEvent) -> anyhow::Result<()> {
         let ns = ev.regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let t = now();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let key = format!(
+            "{}/{}/{}/{}/{}",
+            ns,
+            ev.regarding.name.as_deref().unwrap_or(""),
+            ev.regarding.uid.as_deref().unwrap_or(""),
+            ev.reason,
+            ev.message
+        );
+        let previous = self.seen.lock().get(&key).cloned();
+        if let Some((name, count)) = previous {
+            let patch = serde_json::json!({"count": count + 1, "lastTimestamp": Time(t)});
+            if api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
+                self.seen.lock().insert(key, (name, count + 1));
+                return Ok(());
+            }
+        }
         let name = format!("{}.{:x}", ev.regarding.name.as_deref().unwrap_or("unknown"), t.as_nanosecond());
         let event = Event {
             metadata: ObjectMeta { name: Some(name), namespace: Some(ns.clone()), ..Default::default() },
@@ -125,8 +152,14 @@ impl ClusterApi for KubeApi {
             reporting_instance: Some(COMPONENT.into()),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        api.create(&PostParams::default(), &event).await?;
+        let created = api.create(&PostParams::default(), &event).await?;
+        if let Some(name) = created.metadata.name {
+            let mut seen = self.seen.lock();
+            if seen.len() >= MAX_AGGREGATED_EVENTS {
+                seen.clear();
+            }
+            seen.insert(key, (name, 1));
+        }
         Ok(())
     }
 }

@@ -16,6 +16,7 @@
 //!
 //! [`ApiServer::start`] wires it all together and serves until [`ApiServer::shutdown`].
 
+pub mod admission;
 pub mod auth;
 pub mod convert;
 pub mod discovery;
@@ -112,6 +113,8 @@ pub struct Config {
     pub authenticator: Option<Arc<dyn Authenticator>>,
     /// Authorizer (`None`: allow every authenticated request).
     pub authorizer: Option<Arc<dyn auth::Authorizer>>,
+    /// Admission (`None`: admit everything).
+    pub admission: Option<Arc<dyn admission::Admission>>,
 }
 
 impl Config {
@@ -125,6 +128,7 @@ impl Config {
             extra_sans: Vec::new(),
             authenticator: None,
             authorizer: None,
+            admission: None,
         }
     }
 }
@@ -227,7 +231,11 @@ impl ApiServer {
         let (shutdown_tx, shutdown_rx) = tokio_watch::channel(false);
         let state = Arc::new(AppState {
             registry,
-            objects: Objects { store: store.clone(), metrics: metrics.clone() },
+            objects: Objects {
+                store: store.clone(),
+                metrics: metrics.clone(),
+                admission: config.admission.clone().unwrap_or_else(|| Arc::new(admission::AdmitAll)),
+            },
             caches,
             metrics,
             shutdown: shutdown_rx.clone(),

@@ -15,6 +15,8 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 use skiff_store::{Backend, RangeRequest, Revision};
 
+use crate::admission::{self, Admission, Operation};
+use crate::auth::RequestUser;
 use crate::convert;
 use crate::machinery::{self, Selectors};
 use crate::metrics::Metrics;
@@ -58,6 +60,8 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// The requesting user, for admission (`None` for the server's own writes).
+    pub user: Option<RequestUser>,
 }
 
 /// A write's result.
@@ -84,6 +88,8 @@ pub struct DeleteOptions {
     pub grace_period_seconds: Option<i64>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// The requesting user, for admission.
+    pub user: Option<RequestUser>,
 }
 
 /// A delete's result.
@@ -131,6 +137,8 @@ pub struct Objects {
     pub store: Arc<dyn Backend>,
     /// Metrics (store latency).
     pub metrics: Arc<Metrics>,
+    /// Admission plug-ins.
+    pub admission: Arc<dyn Admission>,
 }
 
 fn store_error(def: &ResourceDef, name: &str, e: skiff_store::Error) -> ApiError {
@@ -417,10 +425,22 @@ impl Objects {
         machinery::apply_defaults(&api_version, &kind, &mut obj);
         let (mut obj, warnings) = typed_decode(&api_version, &kind, obj, raw, opts.field_validation)?;
         let name = meta_str(&obj, "name").to_string();
+        let attrs = admission::Attributes {
+            operation: Operation::Create,
+            def,
+            namespace: ns,
+            name: &name,
+            subresource: None,
+            user: opts.user.as_ref(),
+            old: None,
+            dry_run: opts.dry_run,
+        };
+        self.admission.mutate(&attrs, &mut obj).await?;
         let causes = machinery::validate(&api_version, &kind, &obj, None);
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
         }
+        self.admission.validate(&attrs, &obj).await?;
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
@@ -496,6 +516,17 @@ impl Objects {
                 let generation = if spec_part(&old) != spec_part(&new) { old_gen + 1 } else { old_gen };
                 meta_mut(&mut new).insert("generation".into(), json!(generation));
             }
+            let attrs = admission::Attributes {
+                operation: Operation::Update,
+                def,
+                namespace: ns,
+                name,
+                subresource,
+                user: opts.user.as_ref(),
+                old: Some(&old),
+                dry_run: opts.dry_run,
+            };
+            self.admission.mutate(&attrs, &mut new).await?;
             // A binding changes only spec.nodeName, which pod update validation forbids.
             if subresource != Some("binding") {
                 let causes = machinery::validate(&api_version, &kind, &new, Some(&old));
@@ -503,6 +534,7 @@ impl Objects {
                     return Err(ApiError::invalid(def.group, def.kind, name, causes));
                 }
             }
+            self.admission.validate(&attrs, &new).await?;
             // An object being deleted whose last finalizer was just removed is removed.
             let grace = new["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
             if has_deletion_timestamp(&new)
@@ -584,6 +616,17 @@ impl Objects {
                     ));
                 }
             }
+            let attrs = admission::Attributes {
+                operation: Operation::Delete,
+                def,
+                namespace: ns,
+                name,
+                subresource: None,
+                user: opts.user.as_ref(),
+                old: Some(&old),
+                dry_run: opts.dry_run,
+            };
+            self.admission.validate(&attrs, &old).await?;
             let mut new = old.clone();
             let mut fins = finalizers(&old);
             match opts.propagation_policy.as_deref() {

@@ -291,10 +291,11 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<(Value, bool), ApiE
     }
 }
 
-fn write_options(q: &Query) -> Result<WriteOptions, ApiError> {
+fn write_options(q: &Query, user: &Option<RequestUser>) -> Result<WriteOptions, ApiError> {
     Ok(WriteOptions {
         dry_run: dry_run(q)?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
+        user: user.clone(),
     })
 }
 
@@ -410,7 +411,6 @@ async fn dispatch(
     info: &RequestInfo,
     user: Option<RequestUser>,
 ) -> Result<Response, ApiError> {
-    let _ = user;
     let def = &info.def;
     let ns = info.namespace.as_str();
     let name = info.name.as_str();
@@ -442,7 +442,7 @@ async fn dispatch(
         ("create", "") => {
             let bytes = read_body(body).await?;
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q)?;
+            let opts = write_options(q, &user)?;
             let w = state.objects.create(def, ns, obj, is_json.then_some(&bytes[..]), &opts).await?;
             let mut resp = json_response(StatusCode::CREATED, &render_object(def, w.object, out));
             add_warnings(&mut resp, &w.warnings);
@@ -451,7 +451,7 @@ async fn dispatch(
         ("create", "binding") | ("create", "eviction") => {
             let bytes = read_body(body).await?;
             let (obj, _) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q)?;
+            let opts = write_options(q, &user)?;
             let status = if sub == "binding" {
                 crate::subresources::bind(state, def, ns, name, obj, &opts).await?
             } else {
@@ -462,7 +462,7 @@ async fn dispatch(
         ("update", "" | "status" | "finalize") => {
             let bytes = read_body(body).await?;
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q)?;
+            let opts = write_options(q, &user)?;
             let subr = if sub.is_empty() { None } else { Some(sub) };
             let w = state
                 .objects
@@ -476,19 +476,19 @@ async fn dispatch(
         ("update", "scale") => {
             let bytes = read_body(body).await?;
             let (scale, _) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q)?;
+            let opts = write_options(q, &user)?;
             let w = crate::subresources::update_scale(state, def, ns, name, &opts, |_| Ok(scale.clone())).await?;
             Ok(json_response(StatusCode::OK, &w))
         }
         ("patch", _) => {
             let bytes = read_body(body).await?;
             let ctype = content_type(&parts.headers);
-            let opts = write_options(q)?;
+            let opts = write_options(q, &user)?;
             crate::patch::serve(state, def, ns, name, sub, &ctype, &bytes, &opts, q, out).await
         }
         ("delete", "") => {
             let bytes = read_body(body).await?;
-            let opts = delete_options(q, &parts.headers, &bytes)?;
+            let opts = delete_options(q, &parts.headers, &bytes, &user)?;
             let d = state.objects.delete(def, ns, name, &opts).await?;
             let body = if d.removed && !(def.group.is_empty() && def.resource == "pods") {
                 success_status(def, name, meta_str(&d.object, "uid"))
@@ -499,7 +499,7 @@ async fn dispatch(
         }
         ("deletecollection", "") => {
             let bytes = read_body(body).await?;
-            let opts = delete_options(q, &parts.headers, &bytes)?;
+            let opts = delete_options(q, &parts.headers, &bytes, &user)?;
             let list_opts = list_options(def, q)?;
             let listed = state
                 .objects
@@ -531,8 +531,13 @@ async fn dispatch(
 }
 
 /// `DeleteOptions` from the body (if any) and query parameters.
-fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, ApiError> {
-    let mut opts = DeleteOptions { dry_run: dry_run(q)?, ..Default::default() };
+fn delete_options(
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+    user: &Option<RequestUser>,
+) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions { dry_run: dry_run(q)?, user: user.clone(), ..Default::default() };
     if !body.iter().all(u8::is_ascii_whitespace) {
         let (v, _) = decode_object(headers, body)?;
         if let Some(p) = v.get("preconditions") {

@@ -181,6 +181,7 @@ pub async fn evict(
         propagation_policy: d["propagationPolicy"].as_str().map(str::to_string),
         grace_period_seconds: d["gracePeriodSeconds"].as_i64(),
         dry_run: opts.dry_run,
+        user: opts.user.clone(),
     };
     state.objects.delete(def, ns, name, &del).await?;
     Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))

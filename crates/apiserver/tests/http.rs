@@ -17,6 +17,10 @@ struct Harness {
 }
 
 async fn start() -> Harness {
+    start_with(|_| {}).await
+}
+
+async fn start_with(customize: impl FnOnce(&mut Config)) -> Harness {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
@@ -24,6 +28,7 @@ async fn start() -> Harness {
     let mut config = Config::new(dir.path());
     config.bind_address = "127.0.0.1".parse().unwrap();
     config.port = 0;
+    customize(&mut config);
     let server = ApiServer::start(config, store.clone()).await.unwrap();
     server.wait_ready().await;
     let client = server.client().await.unwrap();
@@ -573,5 +578,51 @@ async fn discovery_version_table_and_anonymous_access() {
     assert_eq!(get(&anon, "/api/v1/namespaces").await.code, 401);
     assert_eq!(get(&anon, "/version").await.code, 200);
     assert_eq!(get(&anon, "/healthz").await.code, 200);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+struct LabelAndDeny;
+
+#[async_trait::async_trait]
+impl skiff_apiserver::admission::Admission for LabelAndDeny {
+    async fn mutate(
+        &self,
+        a: &skiff_apiserver::admission::Attributes<'_>,
+        obj: &mut Value,
+    ) -> Result<(), skiff_apimachinery::ApiError> {
+        if a.def.resource == "configmaps" {
+            obj["metadata"]["labels"]["admitted-by"] =
+                json!(a.user.map(|u| u.name.clone()).unwrap_or_default().replace(':', "-"));
+        }
+        Ok(())
+    }
+
+    async fn validate(
+        &self,
+        a: &skiff_apiserver::admission::Attributes<'_>,
+        _obj: &Value,
+    ) -> Result<(), skiff_apimachinery::ApiError> {
+        if a.name == "forbidden" {
+            return Err(skiff_apimachinery::ApiError::forbidden(
+                "",
+                a.def.resource,
+                a.name,
+                "denied by the test plug-in",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn admission_plugins_mutate_and_reject_writes_with_the_user_known() {
+    let h = start_with(|c| c.admission = Some(Arc::new(LabelAndDeny))).await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("ok")).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["metadata"]["labels"]["admitted-by"], "system-admin");
+    let denied = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("forbidden")).await;
+    assert_eq!(denied.code, 403);
+    assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/forbidden").await.code, 404);
     h.server.shutdown(Duration::from_secs(5)).await;
 }

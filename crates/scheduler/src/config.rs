@@ -188,6 +188,21 @@ pub struct KubeSchedulerConfiguration {
     pub leader_election: Option<LeaderElectionConfiguration>,
 }
 
+/// Where and how the scheduler elects a leader (from `leaderElection`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElectionSettings {
+    /// Lease namespace.
+    pub namespace: String,
+    /// Lease name.
+    pub name: String,
+    /// How long a lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// How long the leader retries renewing before stepping down.
+    pub renew_deadline: Duration,
+    /// Interval between attempts.
+    pub retry_period: Duration,
+}
+
 /// Errors loading a configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -304,6 +319,23 @@ impl SchedulerConfig {
             q.max_backoff = Duration::from_secs(s.max(1) as u64);
         }
         q
+    }
+
+    /// Leader election settings (Kubernetes' defaults: enabled, Lease `kube-system/kube-scheduler`,
+    /// 15 s lease, 10 s renew deadline, 2 s retry), or None when `leaderElect: false`.
+    pub fn leader_election(&self) -> Option<LeaderElectionSettings> {
+        let le = self.component.leader_election.as_ref();
+        if le.is_some_and(|l| !l.leader_elect) {
+            return None;
+        }
+        let dur = |v: Option<&String>, d: u64| v.and_then(|s| parse_duration(s).ok()).unwrap_or(Duration::from_secs(d));
+        Some(LeaderElectionSettings {
+            namespace: le.and_then(|l| l.resource_namespace.clone()).unwrap_or_else(|| "kube-system".into()),
+            name: le.and_then(|l| l.resource_name.clone()).unwrap_or_else(|| "kube-scheduler".into()),
+            lease_duration: dur(le.and_then(|l| l.lease_duration.as_ref()), 15),
+            renew_deadline: dur(le.and_then(|l| l.renew_deadline.as_ref()), 10),
+            retry_period: dur(le.and_then(|l| l.retry_period.as_ref()), 2),
+        })
     }
 
     /// Profile names (`schedulerName`s).
@@ -616,6 +648,17 @@ profiles:
         .unwrap_err();
         assert!(err.contains("NodeResourcesFit"), "{err}");
         assert!(frameworks("parallelism: [").is_err());
+    }
+
+    #[test]
+    fn leader_election_defaults_to_kubernetes_lease_and_can_be_disabled() {
+        let le = SchedulerConfig::default().leader_election().unwrap();
+        assert_eq!((le.namespace.as_str(), le.name.as_str()), ("kube-system", "kube-scheduler"));
+        assert_eq!(le.lease_duration, Duration::from_secs(15));
+        let cfg = SchedulerConfig::from_yaml("leaderElection:\n  leaderElect: true\n  leaseDuration: 30s\n").unwrap();
+        assert_eq!(cfg.leader_election().unwrap().lease_duration, Duration::from_secs(30));
+        let cfg = SchedulerConfig::from_yaml("leaderElection:\n  leaderElect: false\n").unwrap();
+        assert_eq!(cfg.leader_election(), None);
     }
 
     #[test]

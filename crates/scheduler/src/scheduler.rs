@@ -127,12 +127,39 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// Runs the scheduler against the API until an informer stops or the future is dropped.
-/// Leader election is handled by the caller (see the crate docs).
+/// Runs the scheduler against the API until an informer stops, leadership is lost, or the
+/// future is dropped.
+///
+/// With leader election (the default, `leaderElection.leaderElect`), it first acquires the
+/// `kube-system/kube-scheduler` Lease (skiff-controllers' [`LeaderElector`]), so of several
+/// `skiff server`s only one schedules; the others wait as candidates.
 ///
 /// # Errors
-/// Invalid configuration (unknown plugins, bad args); a scheduling thread that cannot start.
+/// Invalid configuration (unknown plugins, bad args, bad leader election durations); a
+/// scheduling thread that cannot start; leadership lost (the caller may restart it).
+///
+/// [`LeaderElector`]: skiff_controllers::leaderelection::LeaderElector
 pub async fn run_scheduler(client: kube::Client, config: SchedulerConfig) -> anyhow::Result<()> {
+    config.validate()?;
+    build_frameworks(&config, &Handle::new(Arc::new(crate::api::NoopApi))).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Some(le) = config.leader_election() else {
+        return run_unelected(client, config).await;
+    };
+    use skiff_controllers::leaderelection::{LeaderElectionConfig, LeaderElector};
+    let mut lec = LeaderElectionConfig::new(&le.namespace, &le.name);
+    lec.lease_duration = le.lease_duration;
+    lec.renew_deadline = le.renew_deadline;
+    lec.retry_period = le.retry_period;
+    let elector = LeaderElector::from_client(client.clone(), lec)?;
+    tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", le.namespace, le.name), "scheduler waiting for leadership");
+    elector.run(run_unelected(client, config)).await?
+}
+
+/// [`run_scheduler`] without leader election.
+///
+/// # Errors
+/// As [`run_scheduler`].
+pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> anyhow::Result<()> {
     config.validate()?;
     let listers = Arc::new(InformerListers::default());
     let handle = Handle {

@@ -148,5 +148,9 @@ async fn scheduler_binds_through_the_api_and_retries_when_nodes_change() {
     pods.delete("hog1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
     assert_eq!(bound_node(&pods, "late").await, hog1_node);
 
+    // The scheduler ran as the elected leader.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(h.client.clone(), "kube-system");
+    let holder = leases.get("kube-scheduler").await.unwrap().spec.and_then(|s| s.holder_identity);
+    assert!(holder.is_some_and(|h| !h.is_empty()));
     assert!(!sched.is_finished(), "scheduler stopped: {:?}", sched.await);
 }

@@ -296,8 +296,13 @@ impl ApiClient for FakeApi {
         }
         let mut new = match subresource {
             Some("status") => {
+                // Like Kubernetes' status strategies: spec is kept; metadata.annotations from the
+                // request are kept too (the deployment controller records revisions that way).
                 let mut n = stored.clone();
                 n["status"] = object.get("status").cloned().unwrap_or(Value::Null);
+                if let Some(a) = object.pointer("/metadata/annotations") {
+                    set_meta(&mut n, "annotations", a.clone());
+                }
                 n
             }
             Some("finalize") => {

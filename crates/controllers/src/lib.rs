@@ -14,6 +14,7 @@ pub mod api;
 pub mod controller;
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod deployment;
 pub mod events;
 pub mod fake;
 pub mod informer;

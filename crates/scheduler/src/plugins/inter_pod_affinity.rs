@@ -54,8 +54,18 @@ impl Default for InterPodAffinityArgs {
 type Counts = HashMap<String, HashMap<String, i64>>;
 
 fn bump(c: &mut Counts, node: &NodeInfo, key: &str, by: i64) {
-    if let Some(v) = node.labels().get(key) {
-        *c.entry(key.to_string()).or_default().entry(v.clone()).or_insert(0) += by;
+    let Some(v) = node.labels().get(key) else { return };
+    // Look up before inserting: keys are allocated only for new pairs.
+    match c.get_mut(key) {
+        Some(m) => match m.get_mut(v) {
+            Some(x) => *x += by,
+            None => {
+                m.insert(v.clone(), by);
+            }
+        },
+        None => {
+            c.insert(key.to_string(), HashMap::from([(v.clone(), by)]));
+        }
     }
 }
 

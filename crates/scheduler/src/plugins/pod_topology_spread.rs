@@ -316,7 +316,13 @@ impl PreFilterPlugin for PodTopologySpread {
                     continue;
                 }
                 let count = count_matching(node.pods(), &c.selector, &pod.namespace);
-                *match_num[i].entry(labels[&c.topology_key].clone()).or_insert(0) += count;
+                let value = &labels[&c.topology_key];
+                match match_num[i].get_mut(value) {
+                    Some(x) => *x += count,
+                    None => {
+                        match_num[i].insert(value.clone(), count);
+                    }
+                }
             }
         }
         let n = constraints.len();

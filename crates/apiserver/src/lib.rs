@@ -28,6 +28,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod proxy;
 pub mod registry;
 pub mod rest;
 pub mod schema;
@@ -87,6 +88,8 @@ pub struct AppState {
     pub authenticator: Arc<dyn Authenticator>,
     /// What they may do.
     pub authorizer: Arc<dyn auth::Authorizer>,
+    /// TLS settings for calls to kubelets (`pods/log`).
+    pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl AppState {
@@ -242,6 +245,7 @@ impl ApiServer {
             server_address: format!("{client_host}:{}", local_addr.port()),
             authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
             authorizer: config.authorizer.clone().unwrap_or_else(|| Arc::new(auth::AlwaysAllow)),
+            kubelet_tls: Some(proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
         });
         bootstrap_namespaces(&state).await?;
 

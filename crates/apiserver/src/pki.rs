@@ -2,7 +2,7 @@
 //! certificate, generated on first start with rcgen and reused afterwards, plus the kubeconfig.
 //!
 //! Layout under `<data-dir>/tls/` (like k3s' `server/tls`): `ca.crt`/`ca.key`,
-//! `serving.crt`/`serving.key`, `admin.crt`/`admin.key`. Keys are ECDSA P-256, written mode 0600.
+//! `serving.crt`/`serving.key`, `admin.crt`/`admin.key`, `apiserver-kubelet-client.crt`/`.key`. Keys are ECDSA P-256, written mode 0600.
 //! The admin certificate has CN=`system:admin`, O=`system:masters`, as kubeadm's `admin.conf`
 //! (<https://kubernetes.io/docs/setup/best-practices/certificates/>).
 
@@ -36,6 +36,9 @@ pub struct Pki {
     pub serving: CertPair,
     /// The `system:admin` client certificate used by the kubeconfig and in-process components.
     pub admin: CertPair,
+    /// The API server's client certificate for kubelets (CN=`kube-apiserver-kubelet-client`,
+    /// O=`system:masters`), as kubeadm's `apiserver-kubelet-client.crt`.
+    pub kubelet_client: CertPair,
 }
 
 /// The DNS names every serving certificate carries (kube-apiserver's defaults).
@@ -205,6 +208,7 @@ impl Pki {
                 // A new CA invalidates every certificate it did not sign.
                 let _ = std::fs::remove_file(dir.join("serving.crt"));
                 let _ = std::fs::remove_file(dir.join("admin.crt"));
+                let _ = std::fs::remove_file(dir.join("apiserver-kubelet-client.crt"));
                 ca
             }
         };
@@ -224,7 +228,15 @@ impl Pki {
                 a
             }
         };
-        Ok(Pki { dir: dir.to_path_buf(), ca, serving, admin })
+        let kubelet_client = match read_pair(dir, "apiserver-kubelet-client") {
+            Some(k) => k,
+            None => {
+                let k = sign_leaf(&ca, "kube-apiserver-kubelet-client", &["system:masters"], &[], false)?;
+                write_pair(dir, "apiserver-kubelet-client", &k)?;
+                k
+            }
+        };
+        Ok(Pki { dir: dir.to_path_buf(), ca, serving, admin, kubelet_client })
     }
 
     /// A kubeconfig for `system:admin` against `server` (e.g. `https://127.0.0.1:6443`), with

@@ -128,6 +128,7 @@ pub fn builtin() -> Vec<ResourceDef> {
         status("Pod"),
         Subresource { name: "binding", group: "", version: "v1", kind: "Binding", verbs: &["create"] },
         Subresource { name: "eviction", group: "policy", version: "v1", kind: "Eviction", verbs: &["create"] },
+        Subresource { name: "log", group: "", version: "v1", kind: "Pod", verbs: &["get"] },
     ];
     const NS_SUBS: &[Subresource] = &[
         status("Namespace"),

@@ -428,6 +428,7 @@ async fn dispatch(
             let obj = state.objects.get(def, ns, name).await?;
             Ok(json_response(StatusCode::OK, &crate::subresources::scale_of(def, &obj)))
         }
+        ("get", "log") => crate::proxy::pod_log(state, ns, name, q).await,
         ("list", _) => list(state, def, ns, q, out).await,
         ("watch", _) => {
             let mut q = q.clone();

@@ -626,3 +626,69 @@ async fn admission_plugins_mutate_and_reject_writes_with_the_user_known() {
     assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/forbidden").await.code, 404);
     h.server.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A stand-in kubelet: HTTPS on a loopback port, client certificates from the cluster CA
+/// required, `/containerLogs/...` answered with a fixed text.
+async fn fake_kubelet(ca_pem: &str) -> u16 {
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let verifier =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().unwrap();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = rustls::pki_types::CertificateDer::from(ck.cert.der().to_vec());
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(ck.signing_key.serialize_pem().as_bytes()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/containerLogs/{ns}/{pod}/{container}",
+        axum::routing::get(
+            |axum::extract::Path((ns, pod, c)): axum::extract::Path<(String, String, String)>| async move {
+                format!("log of {ns}/{pod}/{c}\n")
+            },
+        ),
+    );
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let acceptor = acceptor.clone();
+            let app = app.clone();
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let svc = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn pod_logs_are_fetched_from_the_pods_kubelet() {
+    let h = start().await;
+    let c = &h.client;
+    let port = fake_kubelet(&h.server.pki().ca.cert_pem).await;
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}], "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}});
+    assert_eq!(json_call(c, "POST", "/api/v1/nodes", node).await.code, 201);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]}});
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/pods", pod).await.code, 201);
+    let logs = get(c, "/api/v1/namespaces/default/pods/p/log").await;
+    assert_eq!(logs.code, 200, "{}", logs.body);
+    assert_eq!(logs.body, Value::String("log of default/p/c\n".into()));
+    let wrong = get(c, "/api/v1/namespaces/default/pods/p/log?container=nope").await;
+    assert_eq!(wrong.code, 400);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}

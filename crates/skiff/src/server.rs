@@ -112,10 +112,18 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc
     match &args.datastore_endpoint {
         Some(list) if !list.trim().is_empty() => {
             let cfg = skiff_store::etcd::EtcdConfig::from_endpoint_list(list)?;
-            let backend = skiff_store::etcd::EtcdBackend::connect(cfg, opts)
-                .await
-                .with_context(|| format!("connecting to etcd at {list}"))?;
-            Ok(Arc::new(backend))
+            // etcd may still be starting (e.g. started by the same script): retry for a minute.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                match skiff_store::etcd::EtcdBackend::connect(cfg.clone(), opts.clone()).await {
+                    Ok(backend) => return Ok(Arc::new(backend)),
+                    Err(skiff_store::Error::Unavailable(e)) if std::time::Instant::now() < deadline => {
+                        tracing::warn!(endpoints = %list, error = %e, "etcd is not reachable yet; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("connecting to etcd at {list}")),
+                }
+            }
         }
         _ => {
             let dir = data_dir.join("db");

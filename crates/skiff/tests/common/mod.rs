@@ -18,7 +18,8 @@ pub struct Server {
     extra: Vec<String>,
 }
 
-fn free_port() -> u16 {
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::host::PodHost;
@@ -153,6 +153,42 @@ pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
     out
 }
 
+/// Docker-links-style environment variables for Services (kubelet `envvars.FromServices`):
+/// `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT[_<PORT NAME>]`, `<NAME>_PORT`,
+/// `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`. Headless and ExternalName services are
+/// skipped.
+pub fn service_env(services: &[Service]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for svc in services {
+        let spec = svc.spec.clone().unwrap_or_default();
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        if ip.is_empty() || ip == "None" || spec.type_.as_deref() == Some("ExternalName") {
+            continue;
+        }
+        let name = svc.metadata.name.clone().unwrap_or_default().to_uppercase().replace('-', "_");
+        let ports = spec.ports.clone().unwrap_or_default();
+        let Some(first) = ports.first() else { continue };
+        out.push((format!("{name}_SERVICE_HOST"), ip.clone()));
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in &ports {
+            if let Some(pn) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((format!("{name}_SERVICE_PORT_{}", pn.to_uppercase().replace('-', "_")), p.port.to_string()));
+            }
+        }
+        let proto = |p: &k8s_openapi::api::core::v1::ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".into());
+        out.push((format!("{name}_PORT"), format!("{}://{ip}:{}", proto(first).to_lowercase(), first.port)));
+        for p in &ports {
+            let pr = proto(p);
+            let prefix = format!("{name}_PORT_{}_{}", p.port, pr.to_uppercase());
+            out.push((prefix.clone(), format!("{}://{ip}:{}", pr.to_lowercase(), p.port)));
+            out.push((format!("{prefix}_PROTO"), pr.to_lowercase()));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.clone()));
+        }
+    }
+    out
+}
+
 fn secret_string(v: &k8s_openapi::ByteString) -> String {
     String::from_utf8_lossy(&v.0).into_owned()
 }
@@ -179,6 +215,21 @@ pub async fn make_environment(
         vars.insert(k, v);
     };
     let api_err = |e: crate::Error| ConfigError(e.to_string());
+    // Service links: the pod namespace's services (unless enableServiceLinks is false) and
+    // always the API server's `kubernetes` service; a failed list is not fatal.
+    let mut services = Vec::new();
+    if pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true) {
+        services.extend(host.services(&ns).await.unwrap_or_default());
+    }
+    if ns != "default" || services.is_empty() {
+        let default = host.services("default").await.unwrap_or_default();
+        services.extend(default.into_iter().filter(|s| s.metadata.name.as_deref() == Some("kubernetes")));
+    }
+    services.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    services.dedup_by(|a, b| a.metadata.name == b.metadata.name && a.metadata.namespace == b.metadata.namespace);
+    for (k, v) in service_env(&services) {
+        set(&mut order, &mut vars, k, v);
+    }
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         if let Some(r) = &from.config_map_ref {
@@ -288,6 +339,28 @@ mod tests {
         assert_eq!(expand("$$(A) costs $$5", &v), "$(A) costs $5");
         assert_eq!(expand("unterminated $(A", &v), "unterminated $(A");
         assert_eq!(expand("ünïcode $(A)", &v), "ünïcode 1");
+    }
+
+    #[test]
+    fn services_become_docker_link_variables() {
+        use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+        let svc = |name: &str, ip: &str| Service {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            spec: Some(ServiceSpec {
+                cluster_ip: Some(ip.into()),
+                ports: Some(vec![ServicePort { name: Some("https".into()), port: 443, ..Default::default() }]),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let env: HashMap<String, String> =
+            service_env(&[svc("kubernetes", "10.43.0.1"), svc("headless", "None")]).into_iter().collect();
+        assert_eq!(env.get("KUBERNETES_SERVICE_HOST").map(String::as_str), Some("10.43.0.1"));
+        assert_eq!(env.get("KUBERNETES_SERVICE_PORT").map(String::as_str), Some("443"));
+        assert_eq!(env.get("KUBERNETES_SERVICE_PORT_HTTPS").map(String::as_str), Some("443"));
+        assert_eq!(env.get("KUBERNETES_PORT").map(String::as_str), Some("tcp://10.43.0.1:443"));
+        assert_eq!(env.get("KUBERNETES_PORT_443_TCP_ADDR").map(String::as_str), Some("10.43.0.1"));
+        assert!(!env.keys().any(|k| k.starts_with("HEADLESS")));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, PodStatus, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -53,6 +53,12 @@ pub trait PodHost: Send + Sync + 'static {
     async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, Error>;
     /// Reads a Secret; `Ok(None)` when it does not exist.
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error>;
+    /// Lists the Services of a namespace (for service environment variables). The default
+    /// implementation returns none.
+    async fn services(&self, namespace: &str) -> Result<Vec<Service>, Error> {
+        let _ = namespace;
+        Ok(Vec::new())
+    }
     /// Requests a service account token bound to `pod` (TokenRequest API); `Ok(None)` when the
     /// API does not offer token requests.
     async fn service_account_token(
@@ -102,6 +108,11 @@ impl PodHost for ApiPodHost {
 
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
         not_found_is_none(Api::<Secret>::namespaced(self.client.clone(), namespace).get(name).await)
+    }
+
+    async fn services(&self, namespace: &str) -> Result<Vec<Service>, Error> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api.list(&kube::api::ListParams::default()).await?.items)
     }
 
     async fn service_account_token(

@@ -136,9 +136,8 @@ impl PodWorkers {
             && !w.task.is_finished()
         {
             let _ = w.updates.send(PodUpdate::Removed(pod.clone()));
-            return;
         }
-        // No worker: housekeeping removes whatever the runtime still has.
+        // Without a worker, housekeeping removes whatever the runtime still has.
     }
 
     /// Marks the initial pod list as delivered: housekeeping may now treat runtime pods
@@ -821,7 +820,7 @@ fn backoff_action(inner: &Inner, st: &mut WorkerState, pod: &Pod, c: &Container,
 
 fn format_duration(d: Duration) -> String {
     let s = d.as_secs();
-    if s >= 60 && s % 60 == 0 {
+    if s >= 60 && s.is_multiple_of(60) {
         format!("{}m0s", s / 60)
     } else if s >= 60 {
         format!("{}m{}s", s / 60, s % 60)

@@ -75,15 +75,8 @@ pub fn parse_scaled(q: &str, scale: i32) -> Result<i64, InvalidQuantity> {
         for _ in 0..(-dec_exp) {
             divisor = match divisor.checked_mul(10) {
                 Some(d) => d,
-                None => {
-                    return Ok(if value == 0 {
-                        0
-                    } else if negative {
-                        0
-                    } else {
-                        1
-                    });
-                }
+                // The value is far below one unit: rounds up to 1 when positive.
+                None => return Ok(i64::from(value != 0 && !negative)),
             };
         }
         // Round away from zero (ceil for positive values), as ScaledValue does.

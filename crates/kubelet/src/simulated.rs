@@ -359,17 +359,17 @@ async fn watch_pods(state: Arc<State>) {
 fn apply_pod(state: &State, pod: Pod) {
     let Some(node_idx) = pod_node(&pod).and_then(|n| state.by_name.get(n)).copied() else { return };
     // Adopt an IP reported earlier (e.g. by a previous run of this process).
-    if let (Some(uid), Some(ip)) = (pod.metadata.uid.clone(), pod.status.as_ref().and_then(|s| s.pod_ip.as_deref())) {
-        if let Ok(ip) = ip.parse::<Ipv4Addr>() {
-            let base = u32::from(state.cfg.pod_cidr_start(node_idx));
-            let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
-            if !host_network && u32::from(ip) & !0xff == base {
-                let mut ips = state.pod_ips.lock();
-                if !ips.contains_key(&uid) {
-                    ips.insert(uid, (node_idx, ip));
-                    state.nodes.lock()[node_idx].ips.mark(ip.octets()[3], true);
-                }
-            }
+    if let (Some(uid), Some(ip)) = (pod.metadata.uid.clone(), pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()))
+        && let Ok(ip) = ip.parse::<Ipv4Addr>()
+    {
+        let base = u32::from(state.cfg.pod_cidr_start(node_idx));
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false);
+        if !host_network
+            && u32::from(ip) & !0xff == base
+            && let std::collections::hash_map::Entry::Vacant(e) = state.pod_ips.lock().entry(uid)
+        {
+            e.insert((node_idx, ip));
+            state.nodes.lock()[node_idx].ips.mark(ip.octets()[3], true);
         }
     }
     let key = pod_key(&pod);

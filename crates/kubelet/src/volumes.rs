@@ -169,13 +169,11 @@ pub async fn setup_volumes(
             match hp.type_.as_deref().unwrap_or("") {
                 "" => {}
                 "DirectoryOrCreate" => mkdir(&path)?,
-                "FileOrCreate" => {
-                    if !path.exists() {
-                        if let Some(parent) = path.parent() {
-                            mkdir(parent)?;
-                        }
-                        std::fs::write(&path, b"").map_err(|e| io_err("creating", &path, e))?;
+                "FileOrCreate" if !path.exists() => {
+                    if let Some(parent) = path.parent() {
+                        mkdir(parent)?;
                     }
+                    std::fs::write(&path, b"").map_err(|e| io_err("creating", &path, e))?;
                 }
                 "Directory" if !path.is_dir() => {
                     return Err(ConfigError(format!("hostPath type check failed: {} is not a directory", hp.path)));

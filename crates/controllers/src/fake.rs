@@ -199,6 +199,15 @@ fn set_meta(obj: &mut Value, field: &str, value: Value) {
     obj["metadata"][field] = value;
 }
 
+/// Whether a deleted object has no finalizer left (namespaces also wait for
+/// `spec.finalizers`), so the API server removes it.
+fn finalized(resource: &ApiResource, obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+        && finalizers(obj).is_empty()
+        && (resource.plural != "namespaces"
+            || obj.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(Vec::is_empty))
+}
+
 fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -328,7 +337,7 @@ impl ApiClient for FakeApi {
         };
         let rv = Self::next_rv(&mut st);
         set_meta(&mut new, "resourceVersion", json!(rv));
-        if new.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&new).is_empty() {
+        if subresource != Some("status") && finalized(resource, &new) {
             st.objects.remove(&k);
         } else {
             st.objects.insert(k, new.clone());
@@ -375,7 +384,7 @@ impl ApiClient for FakeApi {
         }
         let rv = Self::next_rv(&mut st);
         set_meta(&mut obj, "resourceVersion", json!(rv));
-        if obj.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&obj).is_empty() {
+        if subresource != Some("status") && finalized(resource, &obj) {
             st.objects.remove(&k);
         } else {
             st.objects.insert(k, obj.clone());

@@ -302,7 +302,7 @@ pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> any
                 tick.tick().await;
                 queue.flush_backoff_completed();
                 n += 1;
-                if n % 30 == 0 {
+                if n.is_multiple_of(30) {
                     queue.flush_unschedulable_left_over();
                 }
             }

@@ -13,6 +13,9 @@ use super::node_info::{NodeInfo, Snapshot};
 use super::status::{Code, Status};
 use super::types::{ClusterEvent, PodInfo, QueuedPodInfo};
 
+/// Weighted scores per Score plugin, aligned with the scored nodes.
+pub type PluginScores = Vec<(String, Vec<i64>)>;
+
 /// Plugins of each extension point, in run order (score plugins with their weight).
 #[derive(Clone, Default)]
 pub struct PluginSets {
@@ -401,7 +404,7 @@ impl Framework {
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
-    ) -> Result<(Vec<i64>, Vec<(String, Vec<i64>)>), Status> {
+    ) -> Result<(Vec<i64>, PluginScores), Status> {
         let active: Vec<(&Arc<dyn Plugin>, i64)> = self
             .plugins
             .score

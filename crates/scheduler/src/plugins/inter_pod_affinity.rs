@@ -282,7 +282,7 @@ impl FilterPlugin for InterPodAffinity {
             }
             // The first pod of a group with affinity to itself may go anywhere that has the
             // topology labels, as long as no pod matches anywhere yet.
-            if !pods_exist && !(s.affinity.is_empty() && matches_all(&s.affinity_terms, pod)) {
+            if !(pods_exist || s.affinity.is_empty() && matches_all(&s.affinity_terms, pod)) {
                 return Status::unresolvable(ERR_REASON_AFFINITY);
             }
         }

@@ -87,12 +87,11 @@ pub fn decode_args<T: DeserializeOwned + Default>(name: &str, args: Option<&serd
 /// Every in-tree plugin (`NewInTreeRegistry`).
 pub fn in_tree_registry() -> Registry {
     let mut r = Registry::new();
-    let mut add =
-        |name: &str,
-         f: fn(Option<&serde_json::Value>, &crate::framework::Handle) -> Result<Arc<dyn Plugin>, String>| {
-            // Names are distinct constants; a duplicate would be a programming error caught by tests.
-            let _ = r.register(name, f);
-        };
+    type Factory = fn(Option<&serde_json::Value>, &crate::framework::Handle) -> Result<Arc<dyn Plugin>, String>;
+    let mut add = |name: &str, f: Factory| {
+        // Names are distinct constants; a duplicate would be a programming error caught by tests.
+        let _ = r.register(name, f);
+    };
     add(names::PRIORITY_SORT, |_, _| Ok(Arc::new(queue_sort::PrioritySort)));
     add(names::SCHEDULING_GATES, |_, _| Ok(Arc::new(scheduling_gates::SchedulingGates)));
     add(names::NODE_UNSCHEDULABLE, |_, _| Ok(Arc::new(node_unschedulable::NodeUnschedulable)));

@@ -74,7 +74,8 @@ pub struct AgentConfig {
     /// Port of the kubelet HTTPS endpoint (logs, run); 0 disables it.
     pub kubelet_port: u16,
     /// PEM CA that callers of the kubelet endpoint must present client certificates from
-    /// (the API server's kubelet client CA); `None` accepts any caller.
+    /// (the API server's kubelet client CA). With `None` the endpoint accepts any caller and
+    /// therefore listens on 127.0.0.1 only.
     pub kubelet_client_ca_pem: Option<String>,
 }
 
@@ -268,7 +269,13 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
 
     let server = {
         let scfg = crate::server::KubeletServerConfig {
-            bind: SocketAddr::from(([0, 0, 0, 0], cfg.kubelet_port)),
+            // Without a client CA anyone could read logs and run commands: serve on loopback only.
+            bind: if cfg.kubelet_client_ca_pem.is_some() {
+                SocketAddr::from(([0, 0, 0, 0], cfg.kubelet_port))
+            } else {
+                tracing::warn!("no kubelet client CA configured: the kubelet endpoint listens on 127.0.0.1 only");
+                SocketAddr::from(([127, 0, 0, 1], cfg.kubelet_port))
+            },
             client_ca_pem: cfg.kubelet_client_ca_pem.clone(),
             serving: None,
             sans: vec![node_name.clone(), node_ip.to_string(), machine.hostname.clone()],

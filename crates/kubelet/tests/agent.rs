@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, start_api_server};
@@ -41,6 +42,62 @@ async fn http_get(ip: &str) -> Option<String> {
     tokio::time::timeout(Duration::from_secs(2), fetch).await.ok().flatten()
 }
 
+/// Accepts any server certificate: the kubelet's is self-signed in this setup.
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// GET over HTTPS to the kubelet endpoint on 127.0.0.1; returns the raw HTTP/1.1 response.
+async fn kubelet_get(port: u16, path: &str) -> Option<String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+    let mut s = connector.connect(name, tcp).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    (!text.is_empty()).then_some(text)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     require_environment();
@@ -63,7 +120,10 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     cfg.pod_cidr = Some(format!("10.213.{n}.0/24"));
     cfg.bridge_name = format!("ska{n}");
     cfg.cgroup_root = format!("/skiff-agent-test-{n}");
-    cfg.kubelet_port = 0;
+    cfg.kubelet_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("free port: {e}"));
     let agent = tokio::spawn(run_agent(client.clone(), cfg.clone()));
 
     // The node registers Ready with the runtime version and a lease.
@@ -140,6 +200,14 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     })
     .await;
     assert!(reasons.iter().any(|r| r == "Created"), "events: {reasons:?}");
+
+    // The kubelet endpoint answers over HTTPS (loopback, no client CA configured).
+    let healthz = eventually(20, "kubelet /healthz", || kubelet_get(cfg.kubelet_port, "/healthz")).await;
+    assert!(healthz.starts_with("HTTP/1.1 200") && healthz.ends_with("ok"), "{healthz}");
+    let logs = kubelet_get(cfg.kubelet_port, "/containerLogs/default/web/web?tailLines=10").await.unwrap_or_default();
+    assert!(logs.starts_with("HTTP/1.1 200"), "{logs}");
+    let missing = kubelet_get(cfg.kubelet_port, "/containerLogs/default/nope/web").await.unwrap_or_default();
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
 
     // After an agent restart the running pod is adopted, not restarted.
     let container_id = status.container_statuses.clone().unwrap_or_default()[0].container_id.clone();

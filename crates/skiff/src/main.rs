@@ -6,6 +6,8 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod components;
+mod images;
 mod server;
 
 /// Kubernetes' core machinery in one small binary.
@@ -23,13 +25,14 @@ enum Command {
     /// Run a benchmark and print its figures next to the baselines measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Manage a node's container images without a registry.
+    #[command(subcommand)]
+    Images(images::ImagesCommand),
 }
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => server::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Images(cmd) => images::run(cmd).await,
         }
     })
 }

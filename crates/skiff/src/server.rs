@@ -81,7 +81,6 @@ pub fn default_data_dir() -> PathBuf {
 
 /// What an in-process component gets: an admin client and the server's flags.
 #[derive(Clone)]
-#[allow(dead_code)] // Read by the components once they are wired into `components`.
 pub struct ComponentContext {
     /// A client authenticated as `system:admin` over loopback HTTPS.
     pub client: kube::Client,
@@ -89,6 +88,11 @@ pub struct ComponentContext {
     pub args: ServerArgs,
     /// The data directory.
     pub data_dir: PathBuf,
+    /// The cluster CA certificate (PEM), e.g. for the kubelet to verify the API server's
+    /// kubelet-client certificate.
+    pub ca_pem: String,
+    /// The API server's URL on this host (`https://127.0.0.1:6443`).
+    pub server_url: String,
     /// Flips to `true` on shutdown; components should return soon after.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -98,10 +102,8 @@ pub type Component = Box<dyn FnOnce(ComponentContext) -> BoxFuture<'static, Resu
 
 /// The components `skiff server` runs (controllers, scheduler, kubelet), by name. The API
 /// server is not one of them: it runs first and the others are its clients.
-pub fn components(_args: &ServerArgs) -> Vec<(&'static str, Component)> {
-    // Wired by the controller, scheduler and kubelet work, e.g.
-    // `("scheduler", Box::new(|ctx| Box::pin(skiff_scheduler::run(ctx.client, ctx.shutdown))))`.
-    Vec::new()
+pub fn components(args: &ServerArgs) -> Vec<(&'static str, Component)> {
+    crate::components::all(args)
 }
 
 async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc<dyn Backend>> {
@@ -177,6 +179,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             client: api.client().await.with_context(|| format!("building the client of {name}"))?,
             args: args.clone(),
             data_dir: data_dir.clone(),
+            ca_pem: api.pki().ca.cert_pem.clone(),
+            server_url: api.url().to_string(),
             shutdown: stop_rx.clone(),
         };
         tasks.push((

@@ -1,0 +1,49 @@
+//! The in-process components of `skiff server`, each a client of the API server with its own
+//! `kube::Client`: the scheduler, the node lifecycle controller, the local node agent (kubelet)
+//! and simulated nodes. Each could equally run as a separate process against any
+//! Kubernetes-compatible API server.
+
+use futures::FutureExt;
+
+use crate::server::{Component, ComponentContext, ServerArgs};
+
+/// Every component `skiff server` runs with these flags, by name.
+pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
+    let mut list: Vec<(&'static str, Component)> = vec![
+        ("scheduler", Box::new(|ctx: ComponentContext| scheduler(ctx).boxed())),
+        ("node-lifecycle-controller", Box::new(|ctx: ComponentContext| node_lifecycle(ctx).boxed())),
+    ];
+    if !args.disable_agent {
+        list.push(("agent", Box::new(|ctx: ComponentContext| agent(ctx).boxed())));
+    }
+    if args.simulated_nodes > 0 {
+        list.push(("simulated-nodes", Box::new(|ctx: ComponentContext| simulated_nodes(ctx).boxed())));
+    }
+    list
+}
+
+/// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).
+async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
+    skiff_scheduler::scheduler::run_scheduler(ctx.client, skiff_scheduler::config::SchedulerConfig::default()).await
+}
+
+/// kube-controller-manager's node lifecycle controller: NotReady/Unknown, taints, eviction.
+async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
+    skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, Default::default()).await?;
+    Ok(())
+}
+
+/// The local node: a kubelet running pods on a managed containerd.
+async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
+    let mut cfg = skiff_kubelet::AgentConfig::new(&ctx.data_dir);
+    cfg.kubelet_client_ca_pem = Some(ctx.ca_pem.clone());
+    skiff_kubelet::run_agent(ctx.client, cfg).await?;
+    Ok(())
+}
+
+/// `--simulated-nodes N`: KWOK-style nodes whose pods run without containers.
+async fn simulated_nodes(ctx: ComponentContext) -> anyhow::Result<()> {
+    let cfg = skiff_kubelet::SimulatedNodesConfig { count: ctx.args.simulated_nodes as usize, ..Default::default() };
+    skiff_kubelet::run_simulated_nodes(ctx.client, cfg).await?;
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The built-in admission plugins. Each module has a pure function doing the work over JSON
+//! objects and what it needs from [`super::AdmissionLookup`], and a plugin type implementing
+//! [`super::MutatingAdmission`] and/or [`super::ValidatingAdmission`].
+
+pub mod default_toleration_seconds;
+pub mod limit_ranger;
+pub mod namespace_lifecycle;
+pub mod pod_security;
+pub mod priority;
+pub mod resource_quota;
+pub mod service_account;

@@ -6,6 +6,7 @@
 //! nodes are spread over the interval in buckets so that 5,000 simulated nodes cost a steady
 //! ~500 small patches per second instead of a burst.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -105,20 +106,36 @@ pub async fn renew_all(api: &Api<Lease>, holders: &[LeaseHolder]) -> usize {
 }
 
 /// Keeps the leases of `holders` fresh until the future is dropped: renews all of them at once,
-/// then each `interval / 10` renews one tenth of them (bucket `i % 10`), so every lease is
-/// renewed once per `interval`. Failures are logged and retried in the next round.
+/// then each `interval / 10` starts renewing one tenth of them (bucket `i % 10`), so every lease
+/// is renewed once per `interval`. At most `CONCURRENCY` renewals are in flight; a slow API
+/// server delays renewals (backpressure) instead of piling up requests. Failures are logged
+/// and retried in the next round.
 pub async fn run_heartbeats(api: Api<Lease>, holders: Vec<LeaseHolder>, interval: Duration) {
     renew_all(&api, &holders).await;
     let buckets: Vec<Vec<LeaseHolder>> = (0..BUCKETS)
         .map(|b| holders.iter().enumerate().filter(|(i, _)| *i as u64 % BUCKETS == b).map(|(_, h)| h.clone()).collect())
         .collect();
+    let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
+    // Owned here so that dropping this future aborts renewals in flight.
+    let mut in_flight = tokio::task::JoinSet::new();
     let mut tick = tokio::time::interval(interval / BUCKETS as u32);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let mut bucket = 0usize;
     loop {
         tick.tick().await;
-        renew_all(&api, &buckets[bucket]).await;
+        while in_flight.try_join_next().is_some() {}
+        for h in &buckets[bucket] {
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else { return };
+            let api = api.clone();
+            let h = h.clone();
+            in_flight.spawn(async move {
+                if let Err(e) = renew_lease(&api, &h).await {
+                    tracing::warn!(node = %h.node_name, error = %e, "renewing node lease failed");
+                }
+                drop(permit);
+            });
+        }
         bucket = (bucket + 1) % buckets.len();
     }
 }

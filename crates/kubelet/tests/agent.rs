@@ -91,7 +91,9 @@ async fn kubelet_get(port: u16, path: &str) -> Option<String> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
     let mut s = connector.connect(name, tcp).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out).await;
     let text = String::from_utf8_lossy(&out).into_owned();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Api;
 
@@ -30,6 +31,7 @@ pub struct InformerListers {
     replica_sets: Arc<Store<ReplicaSet>>,
     stateful_sets: Arc<Store<StatefulSet>>,
     priority_classes: Arc<Store<PriorityClass>>,
+    pod_disruption_budgets: Arc<Store<PodDisruptionBudget>>,
 }
 
 impl ClusterListers for InformerListers {
@@ -54,6 +56,9 @@ impl ClusterListers for InformerListers {
     }
     fn stateful_sets(&self, namespace: &str) -> Vec<Arc<StatefulSet>> {
         self.stateful_sets.list_namespace(namespace)
+    }
+    fn pod_disruption_budgets(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pod_disruption_budgets.list()
     }
 }
 
@@ -198,6 +203,7 @@ pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> any
     side_informer!(listers.replica_sets, ReplicaSet);
     side_informer!(listers.stateful_sets, StatefulSet);
     side_informer!(listers.priority_classes, PriorityClass);
+    side_informer!(listers.pod_disruption_budgets, PodDisruptionBudget);
 
     let nodes_synced = Arc::new(tokio::sync::Notify::new());
     {

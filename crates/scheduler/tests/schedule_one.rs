@@ -26,8 +26,20 @@ struct Harness {
 }
 
 fn harness_with(cfg: SchedulerConfig, nodes: Vec<Node>, existing: Vec<Pod>) -> Harness {
+    harness_full(cfg, nodes, existing, None)
+}
+
+fn harness_full(
+    cfg: SchedulerConfig,
+    nodes: Vec<Node>,
+    existing: Vec<Pod>,
+    listers: Option<Arc<dyn skiff_scheduler::framework::ClusterListers>>,
+) -> Harness {
     let api = Arc::new(RecordingApi::default());
     let mut handle = Handle::new(api.clone());
+    if let Some(l) = listers {
+        handle.listers = l;
+    }
     handle.parallelizer = Parallelizer::new(2);
     let fws = build_frameworks(&cfg, &handle).expect("frameworks");
     let clock = Arc::new(FakeClock::default());
@@ -374,4 +386,39 @@ async fn a_second_profile_schedules_pods_that_name_it() {
     let mut h = harness_with(cfg, vec![node("n1", "4").obj(), node("n2", "4").obj()], vec![busy]);
     assert_eq!(h.node_of(make_pod("spread").req(&[("cpu", "1")]).obj()).await, "n2");
     assert_eq!(h.node_of(make_pod("packed").req(&[("cpu", "1")]).scheduler_name("packer").obj()).await, "n1");
+}
+
+struct Pdbs(Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>>);
+impl skiff_scheduler::framework::ClusterListers for Pdbs {
+    fn pod_disruption_budgets(&self) -> Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>> {
+        self.0.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_prefers_victims_not_protected_by_a_disruption_budget() {
+    let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "minAvailable": 1},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+    }))
+    .unwrap();
+    for _ in 0..4 {
+        let mut h = harness_full(
+            SchedulerConfig::default(),
+            vec![node("n1", "1").obj(), node("n2", "1").obj()],
+            vec![
+                make_pod("guarded").label("app", "db").req(&[("cpu", "1")]).priority(1).node("n1").obj(),
+                make_pod("free").label("app", "batch").req(&[("cpu", "1")]).priority(1).node("n2").obj(),
+            ],
+            Some(Arc::new(Pdbs(vec![Arc::new(pdb.clone())]))),
+        );
+        let (_, nominated) = h.unschedulable(make_pod("vip").req(&[("cpu", "1")]).priority(10).obj()).await;
+        assert_eq!(nominated.as_deref(), Some("n2"));
+        h.eventually("the unprotected victim is deleted", |calls| {
+            calls.contains(&ApiCall::Delete("default/free".into()))
+        })
+        .await;
+        assert!(!h.api.deletes().contains(&"default/guarded".to_string()));
+    }
 }

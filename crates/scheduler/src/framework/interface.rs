@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ObjectReference, PodCondition, ReplicationController, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use parking_lot::Mutex;
 
 use super::cycle_state::CycleState;
@@ -385,6 +386,10 @@ pub trait ClusterListers: Send + Sync + 'static {
     }
     /// StatefulSets of a namespace.
     fn stateful_sets(&self, _namespace: &str) -> Vec<Arc<StatefulSet>> {
+        Vec::new()
+    }
+    /// All PodDisruptionBudgets (preemption avoids violating them).
+    fn pod_disruption_budgets(&self) -> Vec<Arc<PodDisruptionBudget>> {
         Vec::new()
     }
 }

@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Deserialize;
+use skiff_apimachinery::selector::LabelSelector;
 
 use crate::framework::{
     Code, CycleState, FitError, Framework, NodeInfo, NodeToStatus, Plugin, PodInfo, PodStatusUpdate, PostFilterPlugin,
@@ -57,11 +59,62 @@ pub struct Candidate {
     pub node: String,
     /// Pods to evict.
     pub victims: Vec<Arc<PodInfo>>,
+    /// Victims whose eviction violates a PodDisruptionBudget.
+    pub num_pdb_violations: usize,
 }
 
 /// The DefaultPreemption plugin.
 pub struct DefaultPreemption {
     args: DefaultPreemptionArgs,
+}
+
+/// Splits pods into those whose eviction would violate a PodDisruptionBudget and the others
+/// (`filterPodsWithPDBViolation`): each matching PDB's `disruptionsAllowed` is spent pod by pod;
+/// pods already listed in `disruptedPods` do not spend it.
+pub fn split_by_pdb_violation(
+    pods: Vec<Arc<PodInfo>>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = pdbs.iter().map(|p| p.status.as_ref().map_or(0, |s| s.disruptions_allowed)).collect();
+    let selectors: Vec<Option<LabelSelector>> = pdbs
+        .iter()
+        .map(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| LabelSelector::from_metav1(s).ok())
+                .filter(|s| !s.is_empty())
+        })
+        .collect();
+    let (mut violating, mut ok) = (Vec::new(), Vec::new());
+    for pod in pods {
+        let mut violated = false;
+        if !pod.labels().is_empty() {
+            for (i, pdb) in pdbs.iter().enumerate() {
+                if pdb.metadata.namespace.as_deref() != Some(pod.namespace.as_str()) {
+                    continue;
+                }
+                let Some(sel) = &selectors[i] else { continue };
+                if !sel.matches(pod.labels()) {
+                    continue;
+                }
+                if pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disrupted_pods.as_ref())
+                    .is_some_and(|d| d.contains_key(&pod.name))
+                {
+                    continue;
+                }
+                allowed[i] -= 1;
+                if allowed[i] < 0 {
+                    violated = true;
+                }
+            }
+        }
+        if violated { violating.push(pod) } else { ok.push(pod) }
+    }
+    (violating, ok)
 }
 
 /// Higher priority first, then the one that started earlier (`util.MoreImportantPod`).
@@ -93,13 +146,16 @@ impl DefaultPreemption {
         Ok(())
     }
 
-    /// Victims on one node, or why there are none (`SelectVictimsOnNode`).
+    /// Victims on one node and how many of them violate a PodDisruptionBudget, or why there are
+    /// none (`SelectVictimsOnNode`). Victims are reprieved most important first, PDB-protected
+    /// pods before the others.
     pub fn select_victims_on_node(
         fwk: &Framework,
         state: &CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-    ) -> Result<Vec<Arc<PodInfo>>, Status> {
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Result<(Vec<Arc<PodInfo>>, usize), Status> {
         let mut ni = node.clone();
         let mut st = state.clone();
         let mut potential: Vec<Arc<PodInfo>> =
@@ -119,8 +175,12 @@ impl DefaultPreemption {
             return Err(s);
         }
         potential.sort_by(|a, b| more_important(a, b));
+        let (violating, non_violating) = split_by_pdb_violation(potential, pdbs);
         let mut victims = Vec::new();
-        for v in potential {
+        let mut num_violations = 0;
+        for (v, is_violating) in
+            violating.into_iter().map(|v| (v, true)).chain(non_violating.into_iter().map(|v| (v, false)))
+        {
             ni.add_pod(v.clone());
             let s = fwk.run_pre_filter_extension_add_pod(&mut st, pod, &v, &ni);
             if !s.is_success() {
@@ -134,12 +194,16 @@ impl DefaultPreemption {
             if !s.is_success() {
                 return Err(s);
             }
+            if is_violating {
+                num_violations += 1;
+            }
             victims.push(v);
         }
-        Ok(victims)
+        Ok((victims, num_violations))
     }
 
-    /// Picks the best candidate (`pickOneNodeForPreemption`).
+    /// Picks the best candidate (`pickOneNodeForPreemption`): fewest PDB violations, then the
+    /// lowest highest-victim priority, lowest priority sum, fewest victims, latest start.
     pub fn select_candidate(candidates: &[Candidate]) -> Option<&Candidate> {
         if let Some(c) = candidates.iter().find(|c| c.victims.is_empty()) {
             return Some(c);
@@ -149,7 +213,7 @@ impl DefaultPreemption {
             let sum: i64 = c.victims.iter().map(|v| i64::from(v.priority) + i64::from(i32::MAX) + 1).sum();
             let earliest_of_highest =
                 c.victims.iter().filter(|v| v.priority == highest).map(|v| v.start_time()).min().unwrap_or(0);
-            (highest, sum, c.victims.len(), std::cmp::Reverse(earliest_of_highest))
+            (c.num_pdb_violations, highest, sum, c.victims.len(), std::cmp::Reverse(earliest_of_highest))
         };
         candidates.iter().min_by_key(|c| key(c))
     }
@@ -182,11 +246,12 @@ impl DefaultPreemption {
                 .min(n)
                 .max(1);
             let offset = rand::random_range(0..n);
+            let pdbs = fwk.handle().listers.pod_disruption_budgets();
             for i in 0..n {
                 let node = potential[(offset + i) % n];
-                match Self::select_victims_on_node(fwk, state, pod, node) {
-                    Ok(victims) => {
-                        candidates.push(Candidate { node: node.name().to_string(), victims });
+                match Self::select_victims_on_node(fwk, state, pod, node, &pdbs) {
+                    Ok((victims, num_pdb_violations)) => {
+                        candidates.push(Candidate { node: node.name().to_string(), victims, num_pdb_violations });
                         if candidates.len() >= wanted {
                             break;
                         }

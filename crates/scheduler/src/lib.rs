@@ -11,6 +11,27 @@
 //! - [`api`]: the API writes (binding, status, events, preemption deletes).
 //!
 //! Start reading at [`schedule_one::Scheduler::schedule_one`].
+//!
+//! # Running it
+//! `skiff server` spawns the scheduler next to the controllers, as a client of its own API:
+//! ```no_run
+//! # async fn wire(client: kube::Client) -> anyhow::Result<()> {
+//! // Defaults (one `default-scheduler` profile), or SchedulerConfig::from_file(path)?
+//! let config = skiff_scheduler::SchedulerConfig::default();
+//! tokio::spawn(skiff_scheduler::run_scheduler(client, config));
+//! # Ok(()) }
+//! ```
+//! It elects a leader on the `kube-system/kube-scheduler` Lease unless the configuration says
+//! `leaderElection: {leaderElect: false}`.
+//!
+//! # Architecture invariants
+//! - Plugins see only [`framework`]; they never touch the queue, the cache or the network
+//!   directly (API writes go through [`framework::ClusterApi`] in the handle).
+//! - The scheduling cycle is synchronous and never waits on the network: binding, events,
+//!   status updates and preemption deletes run as tasks.
+//! - A pod is *assumed* in the cache the moment a node is chosen, so the next cycle counts it;
+//!   a failed binding forgets it.
+//! - All state the scheduler acts on comes from the API (informers); nothing reads the store.
 
 pub mod api;
 pub mod bench;

@@ -3,11 +3,13 @@
 //! Real clients (kubectl, client-go, the Python client, kube-rs) talk to it unmodified over
 //! HTTPS (HTTP/1.1 and HTTP/2). Code map:
 //!
-//! - [`pki`]: cluster CA, serving and admin certificates, kubeconfig.
-//! - [`auth`]: the authentication seam ([`auth::RequestUser`]).
+//! - [`pki`]: cluster CA, serving, admin and kubelet-client certificates, kubeconfig.
+//! - [`auth`]: the authentication and authorization seams ([`auth::RequestUser`],
+//!   [`auth::Authenticator`], [`auth::Authorizer`]); [`admission`]: the admission seam.
 //! - [`registry`]: the table of served resources; [`discovery`] renders it.
 //! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
-//!   metrics, discovery roots.
+//!   metrics, discovery roots; [`openapi`]: OpenAPI v3; [`protobuf`]: protobuf request bodies;
+//!   [`proxy`]: `pods/log` from the kubelet.
 //! - [`objects`]: Kubernetes object semantics over the store (the generic registry);
 //!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields).
 //! - [`watchcache`] and [`watch`]: one store watch per resource, fanned out to watchers.
@@ -15,6 +17,10 @@
 //! - [`metrics`]: Prometheus metrics.
 //!
 //! [`ApiServer::start`] wires it all together and serves until [`ApiServer::shutdown`].
+
+// `ApiError` (a metav1.Status) is the error of every handler; boxing it everywhere would only
+// add noise.
+#![allow(clippy::result_large_err)]
 
 pub mod admission;
 pub mod auth;

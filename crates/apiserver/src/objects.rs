@@ -462,6 +462,7 @@ impl Objects {
     /// lets `mutate` compute the new one from it (in external form), applies the type's update
     /// strategy and writes with compare-and-swap, retrying when another writer got in between
     /// and the caller did not pin a resourceVersion.
+    #[allow(clippy::too_many_arguments)]
     pub async fn update<F>(
         &self,
         def: &ResourceDef,
@@ -605,16 +606,16 @@ impl Objects {
                     ));
                 }
             }
-            if let Some(rv) = &opts.resource_version {
-                if parse_rv(rv)? != old_rev {
-                    return Err(precondition_failed(
-                        def,
-                        name,
-                        format!(
-                            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {old_rev}"
-                        ),
-                    ));
-                }
+            if let Some(rv) = &opts.resource_version
+                && parse_rv(rv)? != old_rev
+            {
+                return Err(precondition_failed(
+                    def,
+                    name,
+                    format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {old_rev}"
+                    ),
+                ));
             }
             let attrs = admission::Attributes {
                 operation: Operation::Delete,
@@ -859,10 +860,10 @@ fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Value,
         if let Some(ns) = old_meta.get("namespace") {
             meta.insert("namespace".into(), ns.clone());
         }
-        if !meta.contains_key("managedFields") {
-            if let Some(mf) = old_meta.get("managedFields") {
-                meta.insert("managedFields".into(), mf.clone());
-            }
+        if !meta.contains_key("managedFields")
+            && let Some(mf) = old_meta.get("managedFields")
+        {
+            meta.insert("managedFields".into(), mf.clone());
         }
         meta.remove("selfLink");
     }

@@ -254,10 +254,10 @@ impl Pki {
 
     /// Writes [`Pki::kubeconfig`] to `path` with mode 0600.
     pub fn write_kubeconfig(&self, path: &Path, server: &str) -> Result<()> {
-        if let Some(parent) = path.parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-            }
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
         write_private(path, &self.kubeconfig(server))
     }

@@ -126,10 +126,10 @@ pub fn json_response(code: StatusCode, body: &Value) -> Response {
 pub fn error_response(e: &ApiError) -> Response {
     let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = json_response(code, &e.to_status());
-    if let Some(s) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
-        if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
+    if let Some(s) = e.details.as_ref().and_then(|d| d.retry_after_seconds)
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
 }
@@ -241,9 +241,9 @@ pub fn parse_resource_path(
         ("DELETE", false) => "delete",
         ("DELETE", true) => "deletecollection",
         _ => {
-            return Err(ApiError::method_not_allowed(format!(
-                "the server does not allow this method on the requested resource"
-            )));
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource".to_string(),
+            ));
         }
     };
     Ok(Some(RequestInfo { verb, def, namespace, name, subresource }))
@@ -619,13 +619,13 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let opts = list_options(def, q)?;
     let ns_opt = if ns.is_empty() { None } else { Some(ns) };
+    // resourceVersion=0 ("any") and NotOlderThan are served from the watch cache; unset (the
+    // most recent, consistent) and Exact from the store.
     let from_cache = opts.continue_token.is_none()
-        && match (opts.resource_version.as_deref(), opts.resource_version_match.as_deref()) {
-            (Some("0"), _) => true,
-            (Some(_), Some("NotOlderThan")) => true,
-            (Some(_), None) => true,
-            _ => false,
-        };
+        && matches!(
+            (opts.resource_version.as_deref(), opts.resource_version_match.as_deref()),
+            (Some("0"), _) | (Some(_), Some("NotOlderThan")) | (Some(_), None)
+        );
     let listed = if from_cache {
         let rv = parse_rv(opts.resource_version.as_deref().unwrap_or("0"))?;
         let cache = state.cache(def)?;

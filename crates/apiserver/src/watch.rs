@@ -1,4 +1,4 @@
-//! `?watch=1`: a chunked stream of JSON watch events served from the [`WatchCache`]
+//! `?watch=1`: a chunked stream of JSON watch events served from the [`WatchCache`](crate::watchcache::WatchCache)
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>).
 //!
 //! Each event is one line: `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK|ERROR","object":{...}}`.

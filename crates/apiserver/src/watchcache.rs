@@ -254,10 +254,10 @@ impl WatchCache {
                 inner.objects.insert(e.kv.key, object);
             }
         }
-        if inner.ring.len() >= self.ring_capacity {
-            if let Some(dropped) = inner.ring.pop_front() {
-                inner.oldest = dropped.revision;
-            }
+        if inner.ring.len() >= self.ring_capacity
+            && let Some(dropped) = inner.ring.pop_front()
+        {
+            inner.oldest = dropped.revision;
         }
         inner.ring.push_back(event.clone());
         inner.revision = inner.revision.max(revision);

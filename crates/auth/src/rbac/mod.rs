@@ -13,12 +13,14 @@
 //! - [`escalation`]: `escalate`/`bind` and the "may only grant what you hold" check;
 //! - [`aggregation`]: aggregated ClusterRoles;
 //! - [`bootstrap`]: the default roles and bindings created at startup;
+//! - [`reviews`]: (Self|Local)SubjectAccessReview and SelfSubjectRulesReview;
 //! - [`bench`]: decision-time benchmark.
 
 pub mod aggregation;
 pub mod bench;
 pub mod bootstrap;
 pub mod escalation;
+pub mod reviews;
 pub mod rules;
 
 use std::collections::HashMap;

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 
-use super::EtcdConfig;
+use super::{EtcdConfig, EtcdTls, tls_options};
 use crate::MAX_VALUE_BYTES;
 
 /// How long a member (or the whole cluster) may take to answer after being started.
@@ -54,6 +54,35 @@ pub struct HarnessOptions {
     pub parent_dir: Option<PathBuf>,
     /// Extra command-line flags given to every member.
     pub extra_args: Vec<String>,
+    /// Serve clients over TLS with these files (peers stay on plain HTTP). `None`: plain HTTP.
+    pub tls: Option<HarnessTls>,
+}
+
+/// PEM files for an etcd that serves clients over TLS and requires client certificates
+/// (`--cert-file`, `--key-file`, `--trusted-ca-file`, `--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct HarnessTls {
+    /// CA that signed both the server and the client certificate.
+    pub ca_file: PathBuf,
+    /// The members' serving certificate; must be valid for `127.0.0.1`.
+    pub server_cert_file: PathBuf,
+    /// Its key.
+    pub server_key_file: PathBuf,
+    /// A client certificate the harness itself (and [`EtcdCluster::config`]) uses.
+    pub client_cert_file: PathBuf,
+    /// Its key.
+    pub client_key_file: PathBuf,
+}
+
+impl HarnessTls {
+    /// The client side of these files, as [`EtcdConfig::tls`] takes them.
+    pub fn client(&self) -> EtcdTls {
+        EtcdTls {
+            ca_file: Some(self.ca_file.clone()),
+            cert_file: Some(self.client_cert_file.clone()),
+            key_file: Some(self.client_key_file.clone()),
+        }
+    }
 }
 
 impl Default for HarnessOptions {
@@ -64,6 +93,7 @@ impl Default for HarnessOptions {
             max_request_bytes: MAX_VALUE_BYTES + 512 * 1024,
             parent_dir: None,
             extra_args: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -77,11 +107,14 @@ struct Member {
     data_dir: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
+    /// Whether clients talk TLS to it.
+    tls: bool,
 }
 
 impl Member {
     fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     fn peer_url(&self) -> String {
@@ -147,6 +180,7 @@ impl EtcdCluster {
                 data_dir: dir.path().join(format!("m{i}.etcd")),
                 log_path: dir.path().join(format!("m{i}.log")),
                 child: None,
+                tls: options.tls.is_some(),
             })
             .collect();
         let initial_cluster =
@@ -194,6 +228,17 @@ impl EtcdCluster {
             .arg("--log-level")
             .arg("warn")
             .args(&self.options.extra_args)
+            .args(self.options.tls.iter().flat_map(|tls| {
+                [
+                    "--cert-file".into(),
+                    tls.server_cert_file.clone().into_os_string(),
+                    "--key-file".into(),
+                    tls.server_key_file.clone().into_os_string(),
+                    "--trusted-ca-file".into(),
+                    tls.ca_file.clone().into_os_string(),
+                    "--client-cert-auth".into(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -222,9 +267,12 @@ impl EtcdCluster {
         self.members.iter().map(Member::client_url).collect()
     }
 
-    /// An [`EtcdConfig`] naming every member.
+    /// An [`EtcdConfig`] naming every member (with the client certificate when the cluster
+    /// serves TLS).
     pub fn config(&self) -> EtcdConfig {
-        EtcdConfig::new(self.endpoints())
+        let mut config = EtcdConfig::new(self.endpoints());
+        config.tls = self.options.tls.as_ref().map(HarnessTls::client);
+        config
     }
 
     /// The temporary directory holding the members' data dirs and logs.
@@ -309,7 +357,7 @@ impl EtcdCluster {
                     self.log_tail(i)
                 )));
             }
-            match probe(&endpoint).await {
+            match probe(&endpoint, self.connect_options()).await {
                 Ok(()) => return Ok(()),
                 Err(e) => last_error = e,
             }
@@ -333,7 +381,7 @@ impl EtcdCluster {
             }
             let Ok(Ok(mut client)) = tokio::time::timeout(
                 Duration::from_secs(2),
-                Client::connect([self.endpoint(i)], Some(quick_options())),
+                Client::connect([self.endpoint(i)], Some(self.connect_options())),
             )
             .await
             else {
@@ -380,14 +428,28 @@ impl Drop for EtcdCluster {
     }
 }
 
-fn quick_options() -> ConnectOptions {
-    ConnectOptions::new().with_connect_timeout(Duration::from_secs(1)).with_timeout(Duration::from_secs(2))
+impl EtcdCluster {
+    /// Short timeouts for the harness's own probes, plus the client certificate if any.
+    fn connect_options(&self) -> ConnectOptions {
+        let options =
+            ConnectOptions::new().with_connect_timeout(Duration::from_secs(1)).with_timeout(Duration::from_secs(2));
+        match self.options.tls.as_ref().map(|tls| tls_options(&tls.client())) {
+            Some(Ok(tls)) => options.with_tls(tls),
+            // Unreadable files: the probe then fails and the error says why the member is not
+            // ready (the files are the test's own).
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "etcd harness: TLS files unreadable");
+                options
+            }
+            None => options,
+        }
+    }
 }
 
 /// One linearizable read through `endpoint`.
-async fn probe(endpoint: &str) -> Result<(), String> {
+async fn probe(endpoint: &str, options: ConnectOptions) -> Result<(), String> {
     let attempt = async {
-        let mut client = Client::connect([endpoint], Some(quick_options())).await.map_err(|e| e.to_string())?;
+        let mut client = Client::connect([endpoint], Some(options)).await.map_err(|e| e.to_string())?;
         client.get("\0", Some(GetOptions::new().with_count_only())).await.map_err(|e| e.to_string())?;
         Ok(())
     };

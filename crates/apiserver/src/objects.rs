@@ -260,6 +260,12 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     let Some(map) = obj.as_object_mut() else {
         return Err(ApiError::bad_request("the body of the request must be a JSON object"));
     };
+    if map.get("metadata").is_some_and(|m| !m.is_object() && !m.is_null()) {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: metadata must be an object",
+            def.kind, def.version, def.kind
+        )));
+    }
     let api_version = def.api_version();
     match map.get("apiVersion").and_then(Value::as_str) {
         None | Some("") => {

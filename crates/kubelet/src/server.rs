@@ -7,9 +7,13 @@
 //!   `sinceSeconds`, `sinceTime`, `timestamps`, `previous`, `limitBytes` (PodLogOptions);
 //! - `POST /run/{namespace}/{pod}/{container}?cmd=...` runs a command (split on whitespace)
 //!   and returns its combined output (no streaming, no stdin; exit code in the
-//!   `X-Exit-Code` header).
+//!   `X-Exit-Code` header);
+//! - `GET|POST /exec/{namespace}/{pod}/{container}?command=..&stdin=..&stdout=..&stderr=..&tty=..`
+//!   — streaming exec: the kubelet asks the runtime for an exec session (CRI `Exec`) and relays
+//!   the caller's upgrade request (WebSocket `*.channel.k8s.io` or SPDY, as kubectl sends it
+//!   through the API server) to the runtime's streaming server, then copies bytes both ways.
 //!
-//! Interactive `exec`/`attach`/`port-forward` (WebSocket/SPDY streaming) are not implemented.
+//! `attach` and `port-forward` are not implemented.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -54,6 +58,7 @@ pub fn router(workers: PodWorkers) -> axum::Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/run/{namespace}/{pod}/{container}", post(run_command))
+        .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
         .with_state(Arc::new(workers))
 }
 
@@ -126,7 +131,7 @@ pub async fn serve(cfg: KubeletServerConfig, workers: PodWorkers) -> Result<(), 
             };
             let svc = hyper_util::service::TowerToHyperService::new(app);
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder.serve_connection(TokioIo::new(tls), svc).await {
+            if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
                 tracing::debug!(%peer, error = %e, "kubelet endpoint connection ended with an error");
             }
         });
@@ -281,6 +286,154 @@ async fn run_command(
     }
 }
 
+/// Decodes an `application/x-www-form-urlencoded` query into pairs, keeping repeated keys.
+pub fn parse_query(query: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = |c: u8| (c as char).to_digit(16);
+                    match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                        (Some(h), Some(l)) => {
+                            out.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        _ => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (decode(k), decode(v)),
+            None => (decode(kv), String::new()),
+        })
+        .collect()
+}
+
+/// Headers relayed from the caller's upgrade request to the runtime's streaming server.
+const RELAYED_HEADERS: &[&str] = &[
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "x-stream-protocol-version",
+];
+
+async fn exec(
+    State(workers): State<Arc<PodWorkers>>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    mut req: axum::extract::Request,
+) -> Response {
+    let Some(pod) = workers.find_pod(&namespace, &pod_name) else {
+        return error(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod_name} is not on this node"));
+    };
+    let params = parse_query(req.uri().query().unwrap_or_default());
+    let flag = |k: &str| params.iter().any(|(pk, v)| pk == k && (v == "true" || v == "1"));
+    let cmd: Vec<String> = params.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
+    if cmd.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "missing command".into());
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let id = match workers.running_container_id(&uid, &container).await {
+        Ok(Some(id)) => id,
+        Ok(None) => return error(StatusCode::BAD_REQUEST, format!("container {container} is not running")),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let exec_req = api::ExecRequest {
+        container_id: id,
+        cmd,
+        tty: flag("tty"),
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr"),
+    };
+    let url = match workers.cri().exec(exec_req).await {
+        Ok(u) => u,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    // The runtime's URL looks like http://127.0.0.1:PORT/exec/TOKEN.
+    let Some(rest) = url.strip_prefix("http://") else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("unsupported streaming URL {url}"));
+    };
+    let (authority, path) =
+        rest.split_once('/').map(|(a, p)| (a.to_string(), format!("/{p}"))).unwrap_or((rest.to_string(), "/".into()));
+    let mut head = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", req.method());
+    for name in RELAYED_HEADERS {
+        for v in req.headers().get_all(*name) {
+            if let Ok(v) = v.to_str() {
+                head.push_str(&format!("{name}: {v}\r\n"));
+            }
+        }
+    }
+    head.push_str("Content-Length: 0\r\n\r\n");
+    let mut upstream = match tokio::net::TcpStream::connect(&authority).await {
+        Ok(s) => s,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("connecting to the runtime's streaming server: {e}")),
+    };
+    use tokio::io::AsyncWriteExt;
+    if let Err(e) = upstream.write_all(head.as_bytes()).await {
+        return error(StatusCode::BAD_GATEWAY, e.to_string());
+    }
+    // Read the response head.
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        match upstream.read(&mut chunk).await {
+            Ok(0) | Err(_) => {
+                return error(StatusCode::BAD_GATEWAY, "the runtime closed the streaming connection".into());
+            }
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        if buf.len() > 64 * 1024 {
+            return error(StatusCode::BAD_GATEWAY, "oversized response head from the runtime".into());
+        }
+    };
+    let head_text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let leftover = buf[head_end..].to_vec();
+    let mut lines = head_text.split("\r\n");
+    let status =
+        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse::<u16>().ok()).unwrap_or(502);
+    let mut resp = Response::builder().status(status);
+    for line in lines.filter(|l| !l.is_empty()) {
+        if let Some((k, v)) = line.split_once(':') {
+            resp = resp.header(k.trim(), v.trim());
+        }
+    }
+    if status != 101 {
+        let mut body = leftover;
+        let _ = upstream.read_to_end(&mut body).await;
+        return resp.body(Body::from(body)).unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()));
+    }
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return error(StatusCode::BAD_REQUEST, "exec needs a connection upgrade (WebSocket or SPDY)".into());
+    };
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let mut downstream = TokioIo::new(upgraded);
+        if !leftover.is_empty() && downstream.write_all(&leftover).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
+    });
+    resp.body(Body::empty()).unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +454,14 @@ mod tests {
         assert!(t.since.is_some());
         assert!(log_options(&q(&[("tailLines", "x")]), now).is_err());
         assert!(log_options(&q(&[("sinceTime", "yesterday")]), now).is_err());
+    }
+
+    #[test]
+    fn exec_queries_keep_repeated_commands_and_decode_escapes() {
+        let p = parse_query("command=sh&command=-c&command=echo+hi%21&stdout=true&tty");
+        let cmds: Vec<&str> = p.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.as_str()).collect();
+        assert_eq!(cmds, vec!["sh", "-c", "echo hi!"]);
+        assert!(p.contains(&("tty".to_string(), String::new())));
+        assert_eq!(parse_query("a=%zz&b=100%"), vec![("a".into(), "%zz".into()), ("b".into(), "100%".into())]);
     }
 }

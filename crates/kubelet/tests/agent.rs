@@ -78,8 +78,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
     }
 }
 
-/// GET over HTTPS to the kubelet endpoint on 127.0.0.1; returns the raw HTTP/1.1 response.
-async fn kubelet_get(port: u16, path: &str) -> Option<String> {
+async fn kubelet_tls(port: u16) -> Option<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -90,7 +89,74 @@ async fn kubelet_get(port: u16, path: &str) -> Option<String> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
-    let mut s = connector.connect(name, tcp).await.ok()?;
+    connector.connect(name, tcp).await.ok()
+}
+
+/// Runs `path` (an /exec URL) as a WebSocket exec session (v4.channel.k8s.io); returns the
+/// negotiated response head and the received (channel, payload) frames.
+async fn kubelet_ws_exec(port: u16, path: &str) -> Option<(String, Vec<(u8, Vec<u8>)>)> {
+    let mut s = kubelet_tls(port).await?;
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: v4.channel.k8s.io, channel.k8s.io\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut data = Vec::new();
+    let read_all = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => data.extend_from_slice(&chunk[..n]),
+            }
+            // Stop at a close frame (opcode 8) after the head.
+            if let Some(p) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                let frames = parse_frames(&data[p + 4..]);
+                if frames.iter().any(|(op, _)| *op == 8) {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(15), read_all).await;
+    let p = data.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&data[..p]).into_owned();
+    let frames = parse_frames(&data[p + 4..])
+        .into_iter()
+        .filter(|(op, payload)| *op == 2 && !payload.is_empty())
+        .map(|(_, payload)| (payload[0], payload[1..].to_vec()))
+        .collect();
+    Some((head, frames))
+}
+
+/// Splits unmasked server WebSocket frames into (opcode, payload).
+fn parse_frames(mut b: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while b.len() >= 2 {
+        let op = b[0] & 0x0f;
+        let (len, hdr) = match b[1] & 0x7f {
+            126 if b.len() >= 4 => (usize::from(u16::from_be_bytes([b[2], b[3]])), 4),
+            127 if b.len() >= 10 => {
+                let mut l = [0u8; 8];
+                l.copy_from_slice(&b[2..10]);
+                (u64::from_be_bytes(l) as usize, 10)
+            }
+            n if n < 126 => (usize::from(n), 2),
+            _ => break,
+        };
+        if b.len() < hdr + len {
+            break;
+        }
+        out.push((op, b[hdr..hdr + len].to_vec()));
+        b = &b[hdr + len..];
+    }
+    out
+}
+
+/// GET over HTTPS to the kubelet endpoint on 127.0.0.1; returns the raw HTTP/1.1 response.
+async fn kubelet_get(port: u16, path: &str) -> Option<String> {
+    let mut s = kubelet_tls(port).await?;
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
         .await
         .ok()?;
@@ -210,6 +276,18 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     assert!(logs.starts_with("HTTP/1.1 200"), "{logs}");
     let missing = kubelet_get(cfg.kubelet_port, "/containerLogs/default/nope/web").await.unwrap_or_default();
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    // Streaming exec over WebSocket, relayed to containerd's streaming server.
+    let (head, frames) = kubelet_ws_exec(
+        cfg.kubelet_port,
+        "/exec/default/web/web?command=sh&command=-c&command=echo+hello-exec%3B+echo+oops+%3E%262&stdout=true&stderr=true",
+    )
+    .await
+    .unwrap_or_else(|| panic!("exec session failed"));
+    assert!(head.starts_with("HTTP/1.1 101"), "upgrade accepted: {head}");
+    let stdout: Vec<u8> = frames.iter().filter(|(c, _)| *c == 1).flat_map(|(_, p)| p.clone()).collect();
+    let stderr: Vec<u8> = frames.iter().filter(|(c, _)| *c == 2).flat_map(|(_, p)| p.clone()).collect();
+    assert_eq!(String::from_utf8_lossy(&stdout), "hello-exec\n", "frames: {frames:?}");
+    assert_eq!(String::from_utf8_lossy(&stderr), "oops\n");
 
     // After an agent restart the running pod is adopted, not restarted.
     let container_id = status.container_statuses.clone().unwrap_or_default()[0].container_id.clone();

@@ -208,6 +208,24 @@ async fn apply_patch(
                         m.remove("resourceVersion");
                     }
                     let mut new = machinery::strategic_merge_patch(&api_version, def.kind, old, &p)?;
+                    // Fields this manager applied before but no longer applies are removed.
+                    let previous = old["metadata"]["managedFields"]
+                        .as_array()
+                        .and_then(|mf| {
+                            mf.iter().find(|e| {
+                                e["manager"] == manager
+                                    && e["operation"] == "Apply"
+                                    && e["subresource"].as_str() == subr
+                            })
+                        })
+                        .map(|e| e["fieldsV1"].clone());
+                    if let Some(previous) = previous {
+                        let now: std::collections::HashSet<Vec<String>> =
+                            leaf_paths(&fields_v1(patch)).into_iter().collect();
+                        for gone in leaf_paths(&previous).into_iter().filter(|p| !now.contains(p)) {
+                            remove_path(&mut new, &gone);
+                        }
+                    }
                     let mf = entry(old);
                     crate::util::set_in(&mut new, &["metadata", "managedFields"], mf);
                     Ok(new)
@@ -217,6 +235,42 @@ async fn apply_patch(
     };
     let code = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok(json_response(code, &render_object(def, w.object, out)))
+}
+
+/// The leaf paths of a `FieldsV1` set (`{"f:spec":{"f:replicas":{}}}` → `[["spec","replicas"]]`).
+fn leaf_paths(fields: &Value) -> Vec<Vec<String>> {
+    fn walk(v: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+        let Some(m) = v.as_object() else { return };
+        let mut leaf = true;
+        for (k, child) in m {
+            let Some(name) = k.strip_prefix("f:") else { continue };
+            leaf = false;
+            prefix.push(name.to_string());
+            walk(child, prefix, out);
+            prefix.pop();
+        }
+        if leaf && !prefix.is_empty() {
+            out.push(prefix.clone());
+        }
+    }
+    let mut out = Vec::new();
+    walk(fields, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Removes the field at `path` from `obj`, if present.
+fn remove_path(obj: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut cur = obj;
+    for p in parents {
+        match cur.get_mut(p.as_str()) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.remove(last.as_str());
+    }
 }
 
 /// The `FieldsV1` set of the fields an applied configuration names (`f:<name>` keys).
@@ -265,6 +319,20 @@ mod tests {
         let orig = json!({"spec": {"replicas": 1}});
         let patch = json!([{"op": "test", "path": "/spec/replicas", "value": 2}]);
         assert_eq!(apply(PatchType::Json, "apps/v1", "Deployment", &orig, &patch).unwrap_err().code, 422);
+    }
+
+    #[test]
+    fn fields_a_manager_stops_applying_are_found_and_removed() {
+        let before = fields_v1(&json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"replicas": 2}}));
+        let after: std::collections::HashSet<Vec<String>> =
+            leaf_paths(&fields_v1(&json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 3}})))
+                .into_iter()
+                .collect();
+        let gone: Vec<Vec<String>> = leaf_paths(&before).into_iter().filter(|p| !after.contains(p)).collect();
+        assert_eq!(gone, vec![vec!["metadata".to_string(), "labels".to_string(), "b".to_string()]]);
+        let mut obj = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
+        remove_path(&mut obj, &gone[0]);
+        assert_eq!(obj, json!({"metadata": {"labels": {"a": "1"}}}));
     }
 
     #[test]

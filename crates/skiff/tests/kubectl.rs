@@ -105,6 +105,13 @@ fn kubectl_create_get_apply_patch_replace_delete() {
         "4 nginx:1.29"
     );
 
+    // Server-side apply: create, update, and fields no longer applied are removed.
+    let ssa =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  labels:\n    keep: a\n    drop: b\ndata:\n  k: v\n";
+    assert!(s.ok_stdin(&["apply", "--server-side", "-f", "-"], ssa).contains("serverside-applied"));
+    s.ok_stdin(&["apply", "--server-side", "-f", "-"], &ssa.replace("    drop: b\n", "").replace("k: v", "k: w"));
+    assert_eq!(s.ok(&["get", "configmap", "ssa", "-o", "jsonpath={.metadata.labels} {.data.k}"]), r#"{"keep":"a"} w"#);
+
     // replace with a stale resourceVersion → Conflict.
     let stale = s.ok(&["get", "configmap", "c1", "-o", "yaml"]);
     s.ok(&["label", "configmap", "c1", "team=b", "--overwrite"]);

@@ -75,7 +75,7 @@ pub async fn patch_owner_references(
 ) -> Result<(), ApiError> {
     let patch = json!({
         "metadata": {
-            "ownerReferences": refs,
+            "ownerReferences": crate::garbagecollector::list_or_null(&refs),
             "resourceVersion": meta.resource_version,
             "uid": meta.uid,
         }

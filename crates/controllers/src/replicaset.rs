@@ -807,7 +807,7 @@ mod tests {
         assert_eq!(adopt["metadata"]["ownerReferences"][0]["uid"], "web-abc-uid");
         assert_eq!(adopt["metadata"]["resourceVersion"], "5");
         let release = patches.iter().find(|a| a.name == "relabeled").unwrap().body.clone().unwrap();
-        assert_eq!(release["metadata"]["ownerReferences"], serde_json::json!([]));
+        assert_eq!(release["metadata"]["ownerReferences"], serde_json::Value::Null);
         // Adoption re-checked the ReplicaSet with a live GET first.
         assert!(f.api.actions().iter().any(|a| a.verb == "get" && a.resource == "replicasets"));
         // One adopted pod counts: one more pod is created.

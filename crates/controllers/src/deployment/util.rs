@@ -434,9 +434,33 @@ fn without_hash(t: &PodTemplateSpec) -> PodTemplateSpec {
     t
 }
 
-/// `EqualIgnoreHash`: templates equal up to the `pod-template-hash` label.
+/// Removes nulls, empty objects and empty arrays from object fields, recursively: the JSON
+/// forms of one Go value (`"resources": {}` is how Go writes an empty struct, which other
+/// writers omit).
+fn prune(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, prune(v)))
+                .filter(|(_, v)| match v {
+                    Value::Null => false,
+                    Value::Object(m) => !m.is_empty(),
+                    Value::Array(a) => !a.is_empty(),
+                    _ => true,
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(prune).collect()),
+        other => other,
+    }
+}
+
+/// `EqualIgnoreHash`: templates equal up to the `pod-template-hash` label (and up to empty
+/// fields, which Go's `DeepEqual` of decoded structs does not see either).
 pub fn equal_ignore_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
-    without_hash(a) == without_hash(b)
+    let (a, b) = (without_hash(a), without_hash(b));
+    a == b || prune(serde_json::to_value(&a).unwrap_or_default()) == prune(serde_json::to_value(&b).unwrap_or_default())
 }
 
 /// The template of a ReplicaSet (empty when unset).
@@ -865,6 +889,14 @@ mod tests {
             .unwrap()
             .insert(DEFAULT_DEPLOYMENT_UNIQUE_LABEL_KEY.into(), "abc".into());
         assert!(equal_ignore_hash(&a, &b));
+        // `resources: {}` (how Go writes an empty struct) equals no resources.
+        let container =
+            |resources| k8s_openapi::api::core::v1::Container { name: "c".into(), resources, ..Default::default() };
+        let with_spec = |c| PodTemplateSpec {
+            metadata: b.metadata.clone(),
+            spec: Some(k8s_openapi::api::core::v1::PodSpec { containers: vec![c], ..Default::default() }),
+        };
+        assert!(equal_ignore_hash(&with_spec(container(Some(Default::default()))), &with_spec(container(None))));
         a.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert("v".into(), "2".into());
         assert!(!equal_ignore_hash(&a, &b));
     }

@@ -128,6 +128,12 @@ fn meta_of(v: &Value) -> ObjectMeta {
     v.get("metadata").cloned().and_then(|m| serde_json::from_value(m).ok()).unwrap_or_default()
 }
 
+/// A list for a merge patch: `null` when empty, so the field is removed (as the API server
+/// omits empty lists) rather than stored as `[]`.
+pub(crate) fn list_or_null<T: serde::Serialize>(items: &[T]) -> Value {
+    if items.is_empty() { Value::Null } else { json!(items) }
+}
+
 /// The result of classifying an object's owner references.
 #[derive(Debug, Default)]
 struct Classified {
@@ -335,8 +341,7 @@ impl GarbageCollector {
         if kept.len() == refs.len() {
             return Ok(());
         }
-        let patch =
-            json!({"metadata": {"ownerReferences": kept, "resourceVersion": meta.resource_version, "uid": meta.uid}});
+        let patch = json!({"metadata": {"ownerReferences": list_or_null(&kept), "resourceVersion": meta.resource_version, "uid": meta.uid}});
         match self.patch_object(id, &patch).await {
             Err(GcError::Api(e)) if is_not_found(&e) => Ok(()),
             other => other,
@@ -382,7 +387,8 @@ impl GarbageCollector {
                 return Ok(());
             }
             let kept: Vec<&String> = finalizers.iter().filter(|f| *f != finalizer).collect();
-            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": meta.resource_version}});
+            let patch =
+                json!({"metadata": {"finalizers": list_or_null(&kept), "resourceVersion": meta.resource_version}});
             match self.patch_object(id, &patch).await {
                 Ok(()) => return Ok(()),
                 Err(GcError::Api(e)) if is_not_found(&e) => return Ok(()),
@@ -796,7 +802,7 @@ mod tests {
         f.run_attempts().await;
         let patch =
             f.api.mutations().into_iter().find(|a| a.verb == "patch" && a.name == "web").expect("finalizer removed");
-        assert_eq!(patch.body.unwrap()["metadata"]["finalizers"], json!([]));
+        assert_eq!(patch.body.unwrap()["metadata"]["finalizers"], Value::Null);
     }
 
     #[tokio::test]
@@ -812,9 +818,9 @@ mod tests {
         f.gc.attempt_to_orphan("web-uid").await.unwrap();
         let patches: Vec<_> = f.api.mutations().into_iter().filter(|a| a.verb == "patch").collect();
         assert_eq!(patches[0].name, "web-abc");
-        assert_eq!(patches[0].body.as_ref().unwrap()["metadata"]["ownerReferences"], json!([]));
+        assert_eq!(patches[0].body.as_ref().unwrap()["metadata"]["ownerReferences"], Value::Null);
         assert_eq!(patches[1].name, "web");
-        assert_eq!(patches[1].body.as_ref().unwrap()["metadata"]["finalizers"], json!([]));
+        assert_eq!(patches[1].body.as_ref().unwrap()["metadata"]["finalizers"], Value::Null);
         assert!(f.deletes().is_empty());
     }
 

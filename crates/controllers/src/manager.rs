@@ -1,0 +1,192 @@
+//! The controller manager (`kube-controller-manager`): one shared informer factory, one event
+//! broadcaster, every controller with its workers, under leader election.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tokio::task::JoinSet;
+
+use crate::api::{ApiClient, KubeApi};
+use crate::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
+use crate::deployment::{DeploymentController, MAX_RETRIES};
+use crate::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
+use crate::garbagecollector::GarbageCollector;
+use crate::informer::SharedInformerFactory;
+use crate::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use crate::metrics::ControllerMetrics;
+use crate::namespace::NamespaceController;
+use crate::replicaset::ReplicaSetController;
+use crate::serviceaccount::ServiceAccountsController;
+use crate::workqueue::WorkQueue;
+
+/// Settings of the controller manager; defaults are kube-controller-manager's.
+#[derive(Debug, Clone)]
+pub struct ControllerManagerConfig {
+    /// `--concurrent-deployment-syncs` (5).
+    pub concurrent_deployment_syncs: usize,
+    /// `--concurrent-replicaset-syncs` (5).
+    pub concurrent_replicaset_syncs: usize,
+    /// `--concurrent-gc-syncs` (20).
+    pub concurrent_gc_syncs: usize,
+    /// `--concurrent-namespace-syncs` (10).
+    pub concurrent_namespace_syncs: usize,
+    /// `--concurrent-serviceaccount-syncs` (1).
+    pub concurrent_serviceaccount_syncs: usize,
+    /// Informer resync period (every cached object re-delivered as an update).
+    pub resync_period: Duration,
+    /// How often the garbage collector re-runs discovery to monitor new resources (30 s).
+    pub gc_discovery_period: Duration,
+    /// Delay before a deleted namespace is emptied (5 s).
+    pub namespace_deletion_grace: Duration,
+    /// Age after which events are deleted (`--event-ttl`, 1 h).
+    pub event_ttl: Duration,
+    /// How often expired events are looked for.
+    pub event_ttl_cleanup_period: Duration,
+    /// Leader election (`None`: run unconditionally, e.g. a single server).
+    pub leader_election: Option<LeaderElectionConfig>,
+    /// Controllers not to run, by name: `deployment`, `replicaset`, `garbagecollector`,
+    /// `namespace`, `serviceaccount`, `eventttl`.
+    pub disabled: Vec<String>,
+}
+
+impl Default for ControllerManagerConfig {
+    fn default() -> Self {
+        Self {
+            concurrent_deployment_syncs: 5,
+            concurrent_replicaset_syncs: 5,
+            concurrent_gc_syncs: 20,
+            concurrent_namespace_syncs: 10,
+            concurrent_serviceaccount_syncs: 1,
+            resync_period: Duration::from_secs(5 * 60),
+            gc_discovery_period: Duration::from_secs(30),
+            namespace_deletion_grace: Duration::from_secs(5),
+            event_ttl: Duration::from_secs(3600),
+            event_ttl_cleanup_period: Duration::from_secs(60),
+            leader_election: Some(LeaderElectionConfig::new("kube-system", "kube-controller-manager")),
+            disabled: Vec::new(),
+        }
+    }
+}
+
+impl ControllerManagerConfig {
+    fn enabled(&self, name: &str) -> bool {
+        !self.disabled.iter().any(|d| d == name)
+    }
+}
+
+/// Registers the controller metrics in `registry` and returns the future that runs the
+/// controller manager; spawn it. The future runs until an unrecoverable error: with leader
+/// election it campaigns for the Lease (`kube-system/kube-controller-manager`), runs every
+/// controller while leading, stops them all when the lease is lost, and campaigns again.
+///
+/// ```no_run
+/// # async fn example(client: kube::Client) {
+/// let mut registry = prometheus_client::registry::Registry::default();
+/// let manager = skiff_controllers::run_controller_manager(client, Default::default(), &mut registry);
+/// tokio::spawn(manager);
+/// # }
+/// ```
+///
+/// # Errors
+/// The returned future fails on an invalid leader election config, or when a controller task
+/// ends unexpectedly.
+pub fn run_controller_manager(
+    client: kube::Client,
+    config: ControllerManagerConfig,
+    registry: &mut Registry,
+) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+    let metrics = ControllerMetrics::default();
+    metrics.register(registry);
+    async move {
+        let api: Arc<dyn ApiClient> = Arc::new(KubeApi::new(client.clone()));
+        let Some(le) = config.leader_election.clone() else {
+            return run_controllers(client, api, config, metrics).await;
+        };
+        let elector = LeaderElector::new(api.clone(), le)?;
+        loop {
+            match elector.run(run_controllers(client.clone(), api.clone(), config.clone(), metrics.clone())).await {
+                Ok(result) => return result,
+                Err(LeaderElectionError::LeadershipLost) => {
+                    tracing::error!("leader election lost: controllers stopped, campaigning again");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Builds and runs every enabled controller until one of them stops.
+async fn run_controllers(
+    client: kube::Client,
+    api: Arc<dyn ApiClient>,
+    config: ControllerManagerConfig,
+    metrics: ControllerMetrics,
+) -> anyhow::Result<()> {
+    let factory = Arc::new(SharedInformerFactory::new(client, Some(config.resync_period)));
+    let broadcaster = EventBroadcaster::new(api.clone());
+    let queue = |name: &str| Arc::new(WorkQueue::new().with_metrics(metrics.for_controller(name).queue));
+    let mut tasks = JoinSet::new();
+    let mut guards = Vec::new();
+    let mut pending: Vec<(&str, Arc<WorkQueue<String>>, Arc<dyn Reconciler>, usize, Option<u32>)> = Vec::new();
+
+    if config.enabled("deployment") {
+        let q = queue("deployment");
+        let c = DeploymentController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("deployment-controller")),
+        );
+        pending.push(("deployment", q, c, config.concurrent_deployment_syncs, Some(MAX_RETRIES)));
+    }
+    if config.enabled("replicaset") {
+        let q = queue("replicaset");
+        let c = ReplicaSetController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("replicaset-controller")),
+        );
+        pending.push(("replicaset", q, c, config.concurrent_replicaset_syncs, None));
+    }
+    if config.enabled("namespace") {
+        let q = queue("namespace");
+        let c = NamespaceController::new(api.clone(), &factory, q.clone(), config.namespace_deletion_grace);
+        pending.push(("namespace", q, c, config.concurrent_namespace_syncs, None));
+    }
+    if config.enabled("serviceaccount") {
+        let q = queue("serviceaccount");
+        let c = ServiceAccountsController::new(api.clone(), &factory, q.clone());
+        pending.push(("serviceaccount", q, c, config.concurrent_serviceaccount_syncs, None));
+    }
+
+    factory.start();
+    tracing::info!("waiting for informer caches to sync");
+    factory.wait_for_cache_sync().await;
+    tracing::info!("caches synced, starting controllers");
+    for (name, q, c, workers, max_retries) in pending {
+        guards.push(ShutDownOnDrop(q.clone()));
+        let worker_config = WorkerConfig { name: name.to_string(), workers, max_retries };
+        tasks.spawn(run_workers(q, c, worker_config, metrics.for_controller(name)));
+    }
+    if config.enabled("garbagecollector") {
+        // Created after the other controllers so that it reuses their typed informers.
+        let gc = GarbageCollector::new(api.clone(), factory.clone());
+        tasks.spawn(gc.run(config.concurrent_gc_syncs, config.gc_discovery_period, metrics.clone()));
+    }
+    if config.enabled("eventttl") {
+        tasks.spawn(run_event_ttl_cleaner(api.clone(), config.event_ttl, config.event_ttl_cleanup_period));
+    }
+    if tasks.is_empty() {
+        // Every controller disabled: hold leadership (and the caches) until cancelled.
+        std::future::pending::<()>().await;
+    }
+    let result = tasks.join_next().await;
+    drop(guards);
+    match result {
+        Some(Err(e)) if e.is_panic() => anyhow::bail!("a controller panicked: {e}"),
+        _ => anyhow::bail!("a controller stopped unexpectedly"),
+    }
+}

@@ -1,0 +1,322 @@
+//! End to end: the real `kubectl` against an in-process API server (SQLite store in a temp
+//! dir, loopback port) with the controller manager, the scheduler and three simulated nodes,
+//! exercising Deployments the way a user does: apply, rollout status, scale, set image,
+//! rollout history/undo/restart/pause/resume, cascading deletes, namespace deletion, events.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use skiff_controllers::{ControllerManagerConfig, run_controller_manager};
+
+const NGINX: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nginx-deployment
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.14.2
+        ports:
+        - containerPort: 80
+"#;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    api: Option<skiff_apiserver::ApiServer>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let store =
+            tokio::task::spawn_blocking(move || skiff_store::sqlite::SqliteBackend::open(&db, Default::default()))
+                .await
+                .unwrap()
+                .unwrap();
+        let mut config = skiff_apiserver::Config::new(dir.path().join("data"));
+        config.bind_address = [127, 0, 0, 1].into();
+        config.port = 0;
+        let api = skiff_apiserver::ApiServer::start(config, std::sync::Arc::new(store)).await.unwrap();
+        api.wait_ready().await;
+        let kubeconfig = api.kubeconfig_path().to_path_buf();
+        let mut tasks = Vec::new();
+        let cm_config = ControllerManagerConfig {
+            leader_election: None,
+            namespace_deletion_grace: Duration::from_millis(500),
+            ..Default::default()
+        };
+        let mut registry = prometheus_client_registry();
+        let manager = run_controller_manager(api.client().await.unwrap(), cm_config, &mut registry);
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = manager.await {
+                panic!("controller manager failed: {e:#}");
+            }
+        }));
+        let client = api.client().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let _ = skiff_scheduler::scheduler::run_scheduler(client, Default::default()).await;
+        }));
+        let client = api.client().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let cfg = skiff_kubelet::SimulatedNodesConfig { count: 3, ..Default::default() };
+            let _ = skiff_kubelet::run_simulated_nodes(client, cfg).await;
+        }));
+        Cluster { dir, kubeconfig, api: Some(api), tasks }
+    }
+
+    async fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("kubectl-cache"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl is installed");
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).await.unwrap();
+        }
+        drop(input);
+        child.wait_with_output().await.unwrap()
+    }
+
+    async fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_stdin(args, None).await
+    }
+
+    /// Runs kubectl and asserts success; returns stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `kubectl args` until its stdout satisfies `pred` (60 s deadline).
+    async fn eventually(&self, args: &[&str], pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.kubectl(args).await;
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && pred(&stdout) {
+                return stdout;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubectl {args:?} never satisfied the condition; last stdout: {stdout}\nstderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn rollout_status(&self, deployment: &str) {
+        self.rollout_status_in(deployment, "default").await;
+    }
+
+    async fn rollout_status_in(&self, deployment: &str, namespace: &str) {
+        let out = self.ok(&["rollout", "status", deployment, "-n", namespace, "--timeout=90s"]).await;
+        assert!(out.contains("successfully rolled out"), "{out}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.api.take();
+    }
+}
+
+fn prometheus_client_registry() -> prometheus_client::registry::Registry {
+    prometheus_client::registry::Registry::default()
+}
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deployments_roll_out_scale_roll_back_pause_and_delete_like_kubernetes() {
+    let c = Cluster::start().await;
+    let d = "deployment/nginx-deployment";
+
+    // Apply and wait for the rollout, as in the seed.
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(NGINX)).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.rollout_status(d).await;
+    let rs = c
+        .ok(&[
+            "get",
+            "rs",
+            "-l",
+            "app=nginx",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.readyReplicas}{\"\\n\"}{end}",
+        ])
+        .await;
+    let rs = lines(&rs);
+    assert_eq!(rs.len(), 1, "{rs:?}");
+    assert!(rs[0].starts_with("nginx-deployment-") && rs[0].ends_with(" 3"), "{rs:?}");
+    let ready = c
+        .ok(&["get", d, "-o", "jsonpath={.status.readyReplicas}/{.status.availableReplicas}/{.status.updatedReplicas}"])
+        .await;
+    assert_eq!(ready, "3/3/3");
+    let conds =
+        c.ok(&["get", d, "-o", "jsonpath={range .status.conditions[*]}{.type}={.status}:{.reason} {end}"]).await;
+    assert!(conds.contains("Available=True:MinimumReplicasAvailable"), "{conds}");
+    assert!(conds.contains("Progressing=True:NewReplicaSetAvailable"), "{conds}");
+
+    // Scale.
+    c.ok(&["scale", d, "--replicas=5"]).await;
+    c.rollout_status(d).await;
+    c.eventually(&["get", d, "-o", "jsonpath={.status.availableReplicas}"], |s| s == "5").await;
+
+    // Set image: a second revision.
+    c.ok(&["set", "image", d, "nginx=nginx:1.16.1"]).await;
+    c.rollout_status(d).await;
+    let images = c
+        .ok(&[
+            "get",
+            "rs",
+            "-l",
+            "app=nginx",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.template.spec.containers[0].image}={.spec.replicas} {end}",
+        ])
+        .await;
+    assert!(images.contains("nginx:1.16.1=5") && images.contains("nginx:1.14.2=0"), "{images}");
+    let history = c.ok(&["rollout", "history", d]).await;
+    assert!(
+        history.contains("REVISION")
+            && lines(&history).iter().any(|l| l.starts_with('1'))
+            && lines(&history).iter().any(|l| l.starts_with('2')),
+        "{history}"
+    );
+    let rev2 = c.ok(&["rollout", "history", d, "--revision=2"]).await;
+    assert!(rev2.contains("nginx:1.16.1"), "{rev2}");
+
+    // Undo: back to the first template as revision 3.
+    c.ok(&["rollout", "undo", d]).await;
+    c.rollout_status(d).await;
+    let image = c.ok(&["get", d, "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await;
+    assert_eq!(image, "nginx:1.14.2");
+    let history = c.ok(&["rollout", "history", d]).await;
+    let revisions: Vec<&str> = lines(&history).iter().skip(2).filter_map(|l| l.split_whitespace().next()).collect();
+    if revisions != ["2", "3"] {
+        let dj = c.ok(&["get", d, "-o", "json"]).await;
+        let rj = c.ok(&["get", "rs", "-o", "json"]).await;
+        panic!("{history}\n{dj}\n{rj}");
+    }
+
+    // Restart: a new template (restartedAt annotation), a new ReplicaSet.
+    c.ok(&["rollout", "restart", d]).await;
+    c.rollout_status(d).await;
+    let rs_count = c.ok(&["get", "rs", "-l", "app=nginx", "-o", "name"]).await;
+    assert_eq!(lines(&rs_count).len(), 3, "{rs_count}");
+
+    // Pause: template changes do not roll out until resumed.
+    c.ok(&["rollout", "pause", d]).await;
+    c.ok(&["set", "image", d, "nginx=nginx:1.17"]).await;
+    c.eventually(&["get", d, "-o", "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}"], |s| {
+        s == "DeploymentPaused"
+    })
+    .await;
+    let rs_count = c.ok(&["get", "rs", "-l", "app=nginx", "-o", "name"]).await;
+    assert_eq!(lines(&rs_count).len(), 3, "paused: no new ReplicaSet yet: {rs_count}");
+    c.ok(&["rollout", "resume", d]).await;
+    c.rollout_status(d).await;
+    let images = c
+        .ok(&["get", "pods", "-l", "app=nginx", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image} {end}"])
+        .await;
+    c.eventually(
+        &["get", "pods", "-l", "app=nginx", "-o", "jsonpath={range .items[*]}{.spec.containers[0].image} {end}"],
+        |s| {
+            let v: Vec<&str> = s.split_whitespace().collect();
+            v.len() == 5 && v.iter().all(|i| *i == "nginx:1.17")
+        },
+    )
+    .await;
+    let _ = images;
+
+    // Events, as seed 000 §4.4 inspects them.
+    let events = c.ok(&["get", "events", "--sort-by=.metadata.creationTimestamp"]).await;
+    assert!(events.contains("ScalingReplicaSet"), "{events}");
+    assert!(events.contains("SuccessfulCreate"), "{events}");
+    assert!(events.contains("SuccessfulDelete"), "{events}");
+    let describe = c.ok(&["describe", d]).await;
+    assert!(describe.contains("Scaled up replica set"), "{describe}");
+
+    // Orphan: the ReplicaSets and pods stay, released.
+    c.ok(&["delete", d, "--cascade=orphan"]).await;
+    c.eventually(&["get", "deployments", "-o", "name"], |s| s.trim().is_empty()).await;
+    let owners = c
+        .eventually(
+            &[
+                "get",
+                "rs",
+                "-l",
+                "app=nginx",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}:{.metadata.ownerReferences} {end}",
+            ],
+            |s| !s.trim().is_empty() && s.split_whitespace().all(|e| e.ends_with(':')),
+        )
+        .await;
+    assert_eq!(owners.split_whitespace().count(), 4, "{owners}");
+    c.ok(&["delete", "rs", "-l", "app=nginx"]).await;
+    c.eventually(&["get", "pods", "-l", "app=nginx", "-o", "name"], |s| s.trim().is_empty()).await;
+
+    // Foreground and background: everything goes.
+    for cascade in ["foreground", "background"] {
+        let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(NGINX)).await;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        c.rollout_status(d).await;
+        c.ok(&["delete", d, &format!("--cascade={cascade}")]).await;
+        c.eventually(&["get", "deployments", "-o", "name"], |s| s.trim().is_empty()).await;
+        c.eventually(&["get", "rs,pods", "-l", "app=nginx", "-o", "name"], |s| s.trim().is_empty()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_namespace_deletes_everything_in_it() {
+    let c = Cluster::start().await;
+    c.ok(&["create", "namespace", "team"]).await;
+    c.eventually(&["get", "serviceaccount", "default", "-n", "team", "-o", "name"], |s| s.contains("default")).await;
+    c.ok(&["create", "deployment", "web", "--image=nginx:1.14.2", "--replicas=2", "-n", "team"]).await;
+    c.ok(&["create", "configmap", "settings", "--from-literal=a=b", "-n", "team"]).await;
+    c.rollout_status_in("deployment/web", "team").await;
+    let out = c.kubectl(&["delete", "namespace", "team", "--timeout=120s"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gone = c.kubectl(&["get", "namespace", "team"]).await;
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"), "{}", String::from_utf8_lossy(&gone.stderr));
+}

@@ -322,14 +322,16 @@ impl AdmissionChain {
     }
 
     /// kube-apiserver's default plugins in its order, over `lookup`, with the webhook plugins
-    /// reading `webhooks`:
+    /// reading `webhooks` and RBAC's escalation check over `rbac`:
     /// mutating — NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
-    /// DefaultTolerationSeconds, MutatingAdmissionWebhook; validating — NamespaceLifecycle,
-    /// LimitRanger, PodSecurity, Priority, ValidatingAdmissionWebhook, ResourceQuota.
+    /// DefaultTolerationSeconds, MutatingAdmissionWebhook; validating — RBACEscalation,
+    /// NamespaceLifecycle, LimitRanger, PodSecurity, Priority, ValidatingAdmissionWebhook,
+    /// ResourceQuota.
     pub fn standard(
         lookup: Arc<dyn AdmissionLookup>,
         pod_security: plugins::pod_security::PodSecurityConfig,
         webhooks: Arc<webhook::WebhookAdmission>,
+        rbac: Arc<crate::rbac::RbacAuthorizer>,
     ) -> Self {
         use plugins::*;
         Self::new()
@@ -339,6 +341,7 @@ impl AdmissionChain {
             .mutating(Arc::new(priority::Priority::new(lookup.clone())))
             .mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()))
             .mutating(webhooks.mutating_plugin())
+            .validating(Arc::new(rbac_escalation::RbacEscalation::new(rbac)))
             .validating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(lookup.clone())))
             .validating(Arc::new(limit_ranger::LimitRanger::new(lookup.clone())))
             .validating(Arc::new(pod_security::PodSecurity::new(lookup.clone(), pod_security)))
@@ -361,10 +364,31 @@ impl AdmissionChain {
     /// # Errors
     /// The first plugin error: the request is rejected with it.
     pub async fn run(&self, req: &mut AdmissionRequest) -> Result<Feedback, ApiError> {
+        let mut feedback = self.mutate(req).await?;
+        let more = self.validate(req).await?;
+        feedback.warnings.extend(more.warnings);
+        feedback.audit_annotations.extend(more.audit_annotations);
+        Ok(feedback)
+    }
+
+    /// The mutating phase alone (for servers that run built-in validation in between).
+    ///
+    /// # Errors
+    /// The first plugin error.
+    pub async fn mutate(&self, req: &mut AdmissionRequest) -> Result<Feedback, ApiError> {
         let mut feedback = Feedback::default();
         for p in &self.mutating {
             p.admit(req, &mut feedback).await?;
         }
+        Ok(feedback)
+    }
+
+    /// The validating phase alone.
+    ///
+    /// # Errors
+    /// The first plugin error.
+    pub async fn validate(&self, req: &AdmissionRequest) -> Result<Feedback, ApiError> {
+        let mut feedback = Feedback::default();
         for p in &self.validating {
             p.validate(req, &mut feedback).await?;
         }

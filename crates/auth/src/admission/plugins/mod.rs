@@ -7,5 +7,6 @@ pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod pod_security;
 pub mod priority;
+pub mod rbac_escalation;
 pub mod resource_quota;
 pub mod service_account;

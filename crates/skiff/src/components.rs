@@ -1,6 +1,6 @@
 //! The in-process components of `skiff server`, each a client of the API server with its own
-//! `kube::Client`: the scheduler, the node lifecycle controller, the local node agent (kubelet)
-//! and simulated nodes. Each could equally run as a separate process against any
+//! `kube::Client`: the controller manager, the scheduler, the node lifecycle controller, the
+//! local node agent (kubelet) and simulated nodes. Each could equally run as a separate process against any
 //! Kubernetes-compatible API server.
 
 use futures::FutureExt;
@@ -10,6 +10,7 @@ use crate::server::{Component, ComponentContext, ServerArgs};
 /// Every component `skiff server` runs with these flags, by name.
 pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
     let mut list: Vec<(&'static str, Component)> = vec![
+        ("controller-manager", Box::new(|ctx: ComponentContext| controller_manager(ctx).boxed())),
         ("scheduler", Box::new(|ctx: ComponentContext| scheduler(ctx).boxed())),
         ("node-lifecycle-controller", Box::new(|ctx: ComponentContext| node_lifecycle(ctx).boxed())),
     ];
@@ -20,6 +21,16 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
         list.push(("simulated-nodes", Box::new(|ctx: ComponentContext| simulated_nodes(ctx).boxed())));
     }
     list
+}
+
+/// kube-controller-manager's role: Deployment, ReplicaSet, garbage collector, namespace,
+/// ServiceAccount and event TTL controllers (leader-elected).
+///
+/// Its Prometheus metrics go to a registry of its own for now: the API server's `/metrics`
+/// does not yet take component registries.
+async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    skiff_controllers::run_controller_manager(ctx.client, Default::default(), &mut registry).await
 }
 
 /// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).

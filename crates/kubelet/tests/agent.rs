@@ -323,6 +323,16 @@ async fn agent_registers_the_node_and_runs_pods_from_the_api() {
 
     eventually(60, "second pod gone", || async { pods.get_opt("after-restart").await.ok()?.is_none().then_some(()) })
         .await;
+    // Nothing of the deleted pods is left on the runtime.
+    let cri = skiff_kubelet::cri::CriClient::connect(&skiff_kubelet::agent::containerd_socket(&data))
+        .await
+        .unwrap_or_else(|e| panic!("CRI: {e}"));
+    let leftovers = eventually(30, "sandboxes removed", || async {
+        let s = cri.list_pod_sandboxes(None).await.ok()?;
+        s.is_empty().then_some(s)
+    })
+    .await;
+    assert!(leftovers.is_empty());
     agent.abort();
     let _ = agent.await;
     // Wait for the supervisor to stop containerd, then clean the host.

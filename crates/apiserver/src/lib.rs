@@ -41,6 +41,7 @@ pub mod schema;
 pub mod subresources;
 pub mod table;
 pub mod util;
+pub mod virtual_resources;
 pub mod watch;
 pub mod watchcache;
 
@@ -96,6 +97,8 @@ pub struct AppState {
     pub authorizer: Arc<dyn auth::Authorizer>,
     /// TLS settings for calls to kubelets (`pods/log`).
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
+    /// Handlers of virtual resources and subresources by (group, resource, subresource).
+    pub virtuals: HashMap<(String, String, String), Arc<dyn virtual_resources::VirtualHandler>>,
 }
 
 impl AppState {
@@ -124,6 +127,8 @@ pub struct Config {
     pub authorizer: Option<Arc<dyn auth::Authorizer>>,
     /// Admission (`None`: admit everything).
     pub admission: Option<Arc<dyn admission::Admission>>,
+    /// Computed resources (access reviews, TokenRequest) and their handlers.
+    pub virtual_resources: Vec<virtual_resources::VirtualResource>,
 }
 
 impl Config {
@@ -138,6 +143,7 @@ impl Config {
             authenticator: None,
             authorizer: None,
             admission: None,
+            virtual_resources: Vec::new(),
         }
     }
 }
@@ -226,11 +232,19 @@ impl ApiServer {
         pki.write_kubeconfig(&kubeconfig_path, &url)?;
 
         let metrics = Arc::new(Metrics::default());
-        let registry = Registry::default();
+        let mut registry = Registry::default();
+        let mut virtuals = HashMap::new();
+        for v in &config.virtual_resources {
+            if v.subresource.is_none() {
+                registry.add(v.def.clone());
+            }
+            let key = (v.def.group.to_string(), v.def.resource.to_string(), v.subresource.unwrap_or("").to_string());
+            virtuals.insert(key, v.handler.clone());
+        }
         let mut caches = HashMap::new();
         let mut cache_tasks = Vec::new();
         for def in registry.all() {
-            if caches.contains_key(def.storage) {
+            if def.storage.is_empty() || caches.contains_key(def.storage) {
                 continue;
             }
             let cache = WatchCache::new(def.prefix(), WATCH_CACHE_EVENTS, WATCHER_BACKLOG);
@@ -252,6 +266,7 @@ impl ApiServer {
             authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
             authorizer: config.authorizer.clone().unwrap_or_else(|| Arc::new(auth::AlwaysAllow)),
             kubelet_tls: Some(proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
+            virtuals,
         });
         bootstrap_namespaces(&state).await?;
 

@@ -139,6 +139,13 @@ pub fn builtin() -> Vec<ResourceDef> {
     const DEPLOY_SUBS: &[Subresource] = &[scale(), status("Deployment")];
     const RS_SUBS: &[Subresource] = &[scale(), status("ReplicaSet")];
     const CRD_SUBS: &[Subresource] = &[status("CustomResourceDefinition")];
+    const SA_SUBS: &[Subresource] = &[Subresource {
+        name: "token",
+        group: "authentication.k8s.io",
+        version: "v1",
+        kind: "TokenRequest",
+        verbs: &["create"],
+    }];
     vec![
         ResourceDef {
             short_names: &["ns"],
@@ -174,7 +181,11 @@ pub fn builtin() -> Vec<ResourceDef> {
         },
         ResourceDef { short_names: &["cm"], ..def("", "configmaps", "configmap", "ConfigMap") },
         ResourceDef { ..def("", "secrets", "secret", "Secret") },
-        ResourceDef { short_names: &["sa"], ..def("", "serviceaccounts", "serviceaccount", "ServiceAccount") },
+        ResourceDef {
+            short_names: &["sa"],
+            subresources: SA_SUBS,
+            ..def("", "serviceaccounts", "serviceaccount", "ServiceAccount")
+        },
         ResourceDef { short_names: &["ev"], create_on_update: true, ..def("", "events", "event", "Event") },
         ResourceDef {
             short_names: &["ev"],
@@ -242,6 +253,13 @@ impl Default for Registry {
 }
 
 impl Registry {
+    /// Adds a resource (e.g. a virtual one); replaces an existing one of the same
+    /// group/version/resource.
+    pub fn add(&mut self, def: ResourceDef) {
+        self.defs.retain(|d| !(d.group == def.group && d.version == def.version && d.resource == def.resource));
+        self.defs.push(def);
+    }
+
     /// All resources.
     pub fn all(&self) -> &[ResourceDef] {
         &self.defs

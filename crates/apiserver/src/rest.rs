@@ -419,6 +419,32 @@ async fn dispatch(
     }
     let out = negotiate(&parts.headers, q)?;
     let sub = info.subresource.as_str();
+    let virtual_key = (def.group.to_string(), def.resource.to_string(), sub.to_string());
+    if let Some(handler) = state.virtuals.get(&virtual_key) {
+        if info.verb != "create" {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method on the requested resource ({}{}{})",
+                def.resource,
+                if sub.is_empty() { "" } else { "/" },
+                sub
+            )));
+        }
+        let bytes = read_body(body).await?;
+        let (obj, _) = decode_object(&parts.headers, &bytes)?;
+        let req = crate::virtual_resources::VirtualRequest {
+            def,
+            subresource: sub,
+            namespace: ns,
+            name,
+            user: user.as_ref(),
+            dry_run: dry_run(q)?,
+        };
+        let answer = handler.create(&req, obj).await?;
+        return Ok(json_response(StatusCode::CREATED, &answer));
+    }
+    if def.storage.is_empty() {
+        return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
+    }
     match (info.verb, sub) {
         ("get", "") | ("get", "status") => {
             let obj = state.objects.get(def, ns, name).await?;

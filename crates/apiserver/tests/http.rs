@@ -692,3 +692,53 @@ async fn pod_logs_are_fetched_from_the_pods_kubelet() {
     assert_eq!(wrong.code, 400);
     h.server.shutdown(Duration::from_secs(5)).await;
 }
+
+struct Allow;
+
+#[async_trait::async_trait]
+impl skiff_apiserver::virtual_resources::VirtualHandler for Allow {
+    async fn create(
+        &self,
+        req: &skiff_apiserver::virtual_resources::VirtualRequest<'_>,
+        mut body: Value,
+    ) -> Result<Value, skiff_apimachinery::ApiError> {
+        body["status"] =
+            json!({"allowed": true, "reason": format!("{} asked about {}", req.user.unwrap().name, req.def.resource)});
+        Ok(body)
+    }
+}
+
+#[tokio::test]
+async fn virtual_resources_are_answered_by_their_handlers() {
+    let review = skiff_apiserver::virtual_resources::standard_defs().into_iter().next().unwrap();
+    let sa = skiff_apiserver::registry::builtin().into_iter().find(|d| d.resource == "serviceaccounts").unwrap();
+    let h = start_with(|c| {
+        c.virtual_resources = vec![
+            skiff_apiserver::virtual_resources::VirtualResource {
+                def: review,
+                subresource: None,
+                handler: Arc::new(Allow),
+            },
+            skiff_apiserver::virtual_resources::VirtualResource {
+                def: sa,
+                subresource: Some("token"),
+                handler: Arc::new(Allow),
+            },
+        ]
+    })
+    .await;
+    let c = &h.client;
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}});
+    let r = json_call(c, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["status"]["allowed"], true);
+    assert_eq!(r.body["status"]["reason"], "system:admin asked about selfsubjectaccessreviews");
+    assert_eq!(get(c, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").await.code, 405);
+    let disc = get(c, "/apis/authorization.k8s.io/v1").await;
+    assert_eq!(disc.body["resources"][0]["verbs"], json!(["create"]));
+    let tr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"audiences": []}});
+    let t = json_call(c, "POST", "/api/v1/namespaces/default/serviceaccounts/default/token", tr).await;
+    assert_eq!(t.code, 201, "{}", t.body);
+    h.server.shutdown(Duration::from_secs(5)).await;
+}

@@ -187,12 +187,16 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
 pub fn root(registry: &Registry) -> Value {
     let mut paths = Map::new();
     paths.insert("api/v1".into(), json!({"serverRelativeURL": format!("/openapi/v3/api/v1?hash={HASH}")}));
+    // Only group-versions with at least one documented kind (not the virtual review APIs).
+    let mut schemas = SchemaSettings::openapi3().into_generator();
     for (g, versions) in registry.groups() {
         for v in versions {
-            paths.insert(
-                format!("apis/{g}/{v}"),
-                json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash={HASH}")}),
-            );
+            if registry.in_group_version(g, v).any(|d| kind_schema(&mut schemas, &d.api_version(), d.kind).is_some()) {
+                paths.insert(
+                    format!("apis/{g}/{v}"),
+                    json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash={HASH}")}),
+                );
+            }
         }
     }
     json!({"paths": paths})

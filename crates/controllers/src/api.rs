@@ -335,19 +335,19 @@ macro_rules! send {
 }
 
 fn delete_params(options: &DeleteOptions) -> DeleteParams {
-    let mut dp = DeleteParams::default();
-    dp.propagation_policy = options.propagation_policy.map(|p| match p {
+    let propagation_policy = options.propagation_policy.map(|p| match p {
         PropagationPolicy::Orphan => kube::api::PropagationPolicy::Orphan,
         PropagationPolicy::Background => kube::api::PropagationPolicy::Background,
         PropagationPolicy::Foreground => kube::api::PropagationPolicy::Foreground,
     });
-    if options.precondition_uid.is_some() || options.precondition_resource_version.is_some() {
-        dp.preconditions = Some(Preconditions {
-            uid: options.precondition_uid.clone(),
-            resource_version: options.precondition_resource_version.clone(),
+    let preconditions =
+        (options.precondition_uid.is_some() || options.precondition_resource_version.is_some()).then(|| {
+            Preconditions {
+                uid: options.precondition_uid.clone(),
+                resource_version: options.precondition_resource_version.clone(),
+            }
         });
-    }
-    dp
+    DeleteParams { propagation_policy, preconditions, ..Default::default() }
 }
 
 fn encode(v: &Value) -> Result<Vec<u8>, ApiError> {

@@ -216,7 +216,7 @@ mod tests {
             namespace: Some(ns.into()),
             owner_references: controller
                 .map(|uid| vec![OwnerReference { uid: uid.into(), controller: Some(true), ..Default::default() }]),
-            deletion_timestamp: deleting.then(|| {
+            deletion_timestamp: deleting.then_some({
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
             }),
             ..Default::default()

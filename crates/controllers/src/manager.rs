@@ -129,7 +129,9 @@ async fn run_controllers(
     let queue = |name: &str| Arc::new(WorkQueue::new().with_metrics(metrics.for_controller(name).queue));
     let mut tasks = JoinSet::new();
     let mut guards = Vec::new();
-    let mut pending: Vec<(&str, Arc<WorkQueue<String>>, Arc<dyn Reconciler>, usize, Option<u32>)> = Vec::new();
+    // (name, queue, reconciler, workers, max retries), started once the caches have synced.
+    type Pending<'a> = (&'a str, Arc<WorkQueue<String>>, Arc<dyn Reconciler>, usize, Option<u32>);
+    let mut pending: Vec<Pending> = Vec::new();
 
     if config.enabled("deployment") {
         let q = queue("deployment");

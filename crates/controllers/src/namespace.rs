@@ -411,7 +411,7 @@ mod tests {
         let finalize = api.mutations().into_iter().last().unwrap();
         assert_eq!(finalize.body.unwrap()["spec"]["finalizers"], json!([]));
         let status =
-            api.mutations().into_iter().filter(|a| a.summary() == "update namespaces/status team").last().unwrap();
+            api.mutations().into_iter().rev().find(|a| a.summary() == "update namespaces/status team").unwrap();
         let conds = status.body.unwrap()["status"]["conditions"].clone();
         assert!(
             conds

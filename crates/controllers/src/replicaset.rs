@@ -868,7 +868,7 @@ mod tests {
         let rs = rs("web-abc", 1, 0);
         f.seed_rs(&rs);
         let q = f.controller.queue().clone();
-        while q.len() > 0 {
+        while !q.is_empty() {
             // Drain the add from seeding.
             let k = futures::executor::block_on(q.get()).unwrap();
             q.done(&k);

@@ -90,7 +90,7 @@ impl DeploymentController {
     /// cost no availability; then available ones down to minAvailable.
     pub(crate) async fn reconcile_old_replica_sets(
         &self,
-        old_rss: &mut Vec<ReplicaSet>,
+        old_rss: &mut [ReplicaSet],
         new_rs: &ReplicaSet,
         d: &Deployment,
     ) -> Result<bool, ReconcileError> {
@@ -119,17 +119,17 @@ impl DeploymentController {
     /// min(4, 5 - 3) = 2, to 3.
     pub(crate) async fn cleanup_unhealthy_replicas(
         &self,
-        old_rss: &mut Vec<ReplicaSet>,
+        old_rss: &mut [ReplicaSet],
         d: &Deployment,
         max_cleanup: i32,
     ) -> Result<i32, ReconcileError> {
         old_rss.sort_by(by_creation_timestamp);
         let mut total = 0;
-        for i in 0..old_rss.len() {
+        for slot in old_rss.iter_mut() {
             if total >= max_cleanup {
                 break;
             }
-            let target = old_rss[i].clone();
+            let target = slot.clone();
             let size = rs_replicas(&target);
             if size == 0 || size == rs_available(&target) {
                 continue;
@@ -144,7 +144,7 @@ impl DeploymentController {
             }
             let (_, updated) = self.scale_replica_set_and_record_event(&target, new_size, d).await?;
             total += scaled_down;
-            old_rss[i] = updated;
+            *slot = updated;
         }
         Ok(total)
     }
@@ -156,7 +156,7 @@ impl DeploymentController {
     /// pods may go.
     pub(crate) async fn scale_down_old_replica_sets_for_rolling_update(
         &self,
-        old_rss: &mut Vec<ReplicaSet>,
+        old_rss: &mut [ReplicaSet],
         new_rs: &ReplicaSet,
         d: &Deployment,
     ) -> Result<i32, ReconcileError> {
@@ -200,7 +200,8 @@ mod tests {
     /// new (size, available)) → the scale actions, as `name:size`.
     #[tokio::test]
     async fn rolling_update_steps_follow_the_surge_and_unavailable_budgets() {
-        let cases: &[(i32, &str, &str, (i32, i32), (i32, i32), &[&str])] = &[
+        type Case<'a> = (i32, &'a str, &'a str, (i32, i32), (i32, i32), &'a [&'a str]);
+        let cases: &[Case] = &[
             // 10 replicas, 25%/25% = surge 3, unavailable 2: at most 13 pods, at least 8 available.
             (10, "25%", "25%", (10, 10), (0, 0), &["new:3"]),
             (10, "25%", "25%", (10, 10), (3, 0), &["old:8"]),

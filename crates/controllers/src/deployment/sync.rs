@@ -153,7 +153,7 @@ impl DeploymentController {
     async fn get_new_replica_set(
         &self,
         d: &mut Deployment,
-        rs_list: &mut Vec<ReplicaSet>,
+        rs_list: &[ReplicaSet],
         old_rss: &[ReplicaSet],
         create: bool,
     ) -> Result<Option<ReplicaSet>, ReconcileError> {
@@ -327,10 +327,10 @@ impl DeploymentController {
             return Ok(());
         }
         if is_saturated(d, new_rs.as_ref()) {
-            for i in 0..old_rss.len() {
-                if rs_replicas(&old_rss[i]) > 0 {
-                    let (_, updated) = self.scale_replica_set_and_record_event(&old_rss[i].clone(), 0, d).await?;
-                    old_rss[i] = updated;
+            for slot in old_rss.iter_mut() {
+                if rs_replicas(slot) > 0 {
+                    let (_, updated) = self.scale_replica_set_and_record_event(slot, 0, d).await?;
+                    *slot = updated;
                 }
             }
             return Ok(());

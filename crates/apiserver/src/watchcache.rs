@@ -70,6 +70,7 @@ pub enum Recv {
 }
 
 /// A watcher's handle on the cache's broadcast.
+#[derive(Debug)]
 pub struct Subscription {
     rx: broadcast::Receiver<CacheMsg>,
 }
@@ -300,5 +301,48 @@ impl WatchCache {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_store::{Event, KeyValue};
+
+    fn put(cache: &WatchCache, key: &str, rev: Revision, prev_rev: Option<Revision>) {
+        let kv = |r: Revision| KeyValue {
+            key: key.to_string(),
+            value: format!(r#"{{"metadata":{{"name":"{key}"}},"n":{r}}}"#).into_bytes(),
+            create_revision: 1,
+            mod_revision: r,
+        };
+        cache.apply(Event { kind: EventType::Put, kv: kv(rev), prev_kv: prev_rev.map(kv) });
+    }
+
+    #[test]
+    fn a_watch_resumes_from_the_ring_until_its_revision_falls_out() {
+        let cache = WatchCache::new("/registry/x/".into(), 3, 16);
+        for r in 1..=5 {
+            put(&cache, "/registry/x/a", r, (r > 1).then(|| r - 1));
+        }
+        let (backlog, _sub) = cache.watch_from(3).unwrap();
+        assert_eq!(backlog.iter().map(|e| e.revision).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(backlog[0].kind, EventKind::Modified);
+        assert_eq!(backlog[0].object["metadata"]["resourceVersion"], "4");
+        // The ring holds revisions 3..=5: a watch from 1 has lost revision 2.
+        assert_eq!(cache.watch_from(1).unwrap_err(), TooOld { oldest: 3 });
+    }
+
+    #[tokio::test]
+    async fn a_slow_watcher_is_told_it_lagged_and_writers_never_block() {
+        let cache = WatchCache::new("/registry/x/".into(), 100, 4);
+        let (_, mut slow) = cache.watch_from(0).unwrap();
+        for r in 1..=20 {
+            put(&cache, &format!("/registry/x/k{r}"), r, None);
+        }
+        assert!(matches!(slow.recv().await, Recv::Lagged));
+        let snap = cache.snapshot("/registry/x/");
+        assert_eq!(snap.objects.len(), 20);
+        assert_eq!(snap.revision, 20);
     }
 }

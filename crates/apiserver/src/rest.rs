@@ -489,6 +489,12 @@ async fn dispatch(
         ("update", "" | "status" | "finalize") => {
             let bytes = read_body(body).await?;
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
+            let body_name = meta_str(&obj, "name");
+            if !body_name.is_empty() && body_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
             let opts = write_options(q, &user)?;
             let subr = if sub.is_empty() { None } else { Some(sub) };
             let w = state

@@ -103,6 +103,10 @@ async fn configmap_create_get_update_delete_round_trip() {
     assert_eq!(u.code, 200, "{}", u.body);
     assert_ne!(u.body["metadata"]["resourceVersion"], rv);
 
+    let mut renamed = g.body.clone();
+    renamed["metadata"]["name"] = json!("b");
+    assert_eq!(json_call(c, "PUT", "/api/v1/namespaces/default/configmaps/a", renamed).await.code, 400);
+
     // The same body again carries the old resourceVersion: Conflict.
     let stale = json_call(c, "PUT", "/api/v1/namespaces/default/configmaps/a", updated).await;
     assert_eq!(stale.code, 409);

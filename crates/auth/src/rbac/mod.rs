@@ -253,7 +253,23 @@ impl RbacObject {
     }
 }
 
-/// A binding as the authorizer keeps it (RoleBinding or ClusterRoleBinding).
+/// A role's rules as the authorizer evaluates them: the API rules and their compiled form.
+#[derive(Debug, Default)]
+struct RoleEntry {
+    rules: Vec<PolicyRule>,
+    compiled: Vec<rules::CompiledRule>,
+}
+
+impl RoleEntry {
+    fn new(rules: Vec<PolicyRule>) -> Arc<Self> {
+        let compiled = rules.iter().map(rules::CompiledRule::new).collect();
+        Arc::new(Self { rules, compiled })
+    }
+}
+
+/// A binding as the authorizer keeps it (RoleBinding or ClusterRoleBinding), with the rules of
+/// the role it references resolved (re-resolved whenever that role changes), so a decision
+/// never looks roles up.
 #[derive(Debug)]
 struct BindingEntry {
     /// "" for ClusterRoleBindings.
@@ -261,6 +277,18 @@ struct BindingEntry {
     name: String,
     role_ref: RoleRef,
     subjects: Vec<Subject>,
+    resolved: Result<Arc<RoleEntry>, String>,
+}
+
+/// Identifies a role a binding references: (is a ClusterRole, namespace, name).
+type RoleKey = (bool, String, String);
+
+fn role_key(role_ref: &RoleRef, binding_namespace: &str) -> Option<RoleKey> {
+    match role_ref.kind.as_str() {
+        "ClusterRole" => Some((true, String::new(), role_ref.name.clone())),
+        "Role" if !binding_namespace.is_empty() => Some((false, binding_namespace.to_string(), role_ref.name.clone())),
+        _ => None,
+    }
 }
 
 impl BindingEntry {
@@ -371,8 +399,11 @@ impl SubjectIndex {
 #[derive(Debug, Default)]
 struct State {
     /// Roles by namespace, then name.
-    roles: HashMap<String, HashMap<String, Arc<Role>>>,
-    cluster_roles: HashMap<String, Arc<ClusterRole>>,
+    roles: HashMap<String, HashMap<String, Arc<RoleEntry>>>,
+    /// ClusterRoles (the object, for aggregation) by name.
+    cluster_roles: HashMap<String, (Arc<ClusterRole>, Arc<RoleEntry>)>,
+    /// Which bindings (namespace, name) reference each role.
+    dependents: HashMap<RoleKey, std::collections::HashSet<(String, String)>>,
     /// RoleBindings by namespace, then name.
     role_bindings: HashMap<String, HashMap<String, Arc<BindingEntry>>>,
     cluster_role_bindings: HashMap<String, Arc<BindingEntry>>,
@@ -386,21 +417,43 @@ fn not_found(resource: &str, name: &str) -> String {
 }
 
 impl State {
-    /// The rules a role reference names, for a binding in `namespace` ("" for cluster bindings).
-    fn role_rules(&self, role_ref: &RoleRef, namespace: &str) -> Result<&[PolicyRule], String> {
+    /// The role a role reference names, for a binding in `namespace` ("" for cluster bindings).
+    fn resolve(&self, role_ref: &RoleRef, namespace: &str) -> Result<Arc<RoleEntry>, String> {
         match role_ref.kind.as_str() {
             "ClusterRole" => self
                 .cluster_roles
                 .get(&role_ref.name)
-                .map(|r| rules::list_rules(&r.rules))
+                .map(|(_, r)| r.clone())
                 .ok_or_else(|| not_found("clusterrole", &role_ref.name)),
             "Role" if !namespace.is_empty() => self
                 .roles
                 .get(namespace)
                 .and_then(|m| m.get(&role_ref.name))
-                .map(|r| rules::list_rules(&r.rules))
+                .cloned()
                 .ok_or_else(|| not_found("role", &role_ref.name)),
             other => Err(format!("unsupported role reference kind: {other:?}")),
+        }
+    }
+
+    /// Re-resolves every binding that references the role `key` (after it changed).
+    fn role_changed(&mut self, key: &RoleKey) {
+        let deps: Vec<(String, String)> =
+            self.dependents.get(key).map(|d| d.iter().cloned().collect()).unwrap_or_default();
+        for (ns, name) in deps {
+            let old = if ns.is_empty() {
+                self.cluster_role_bindings.get(&name).cloned()
+            } else {
+                self.role_bindings.get(&ns).and_then(|m| m.get(&name)).cloned()
+            };
+            if let Some(old) = old {
+                self.insert_binding(BindingEntry {
+                    namespace: old.namespace.clone(),
+                    name: old.name.clone(),
+                    role_ref: old.role_ref.clone(),
+                    subjects: old.subjects.clone(),
+                    resolved: Err(String::new()),
+                });
+            }
         }
     }
 
@@ -411,66 +464,80 @@ impl State {
         user: &UserInfo,
         namespace: &str,
         errors: &mut Vec<String>,
-        mut visit: impl FnMut(&BindingEntry, usize, &PolicyRule) -> bool,
+        mut visit: impl FnMut(&BindingEntry, usize, &PolicyRule, &rules::CompiledRule) -> bool,
     ) {
-        for (b, i) in self.cluster_index.for_user(user) {
-            match self.role_rules(&b.role_ref, "") {
-                Ok(rules) => {
-                    for r in rules {
-                        if !visit(b, *i, r) {
+        let ns_index = if namespace.is_empty() { None } else { self.namespace_index.get(namespace) };
+        let bindings = self.cluster_index.for_user(user).chain(ns_index.into_iter().flat_map(|i| i.for_user(user)));
+        for (b, i) in bindings {
+            match &b.resolved {
+                Ok(role) => {
+                    for (r, c) in role.rules.iter().zip(&role.compiled) {
+                        if !visit(b, *i, r, c) {
                             return;
                         }
                     }
                 }
-                Err(e) => errors.push(e),
-            }
-        }
-        if namespace.is_empty() {
-            return;
-        }
-        let Some(index) = self.namespace_index.get(namespace) else { return };
-        for (b, i) in index.for_user(user) {
-            match self.role_rules(&b.role_ref, namespace) {
-                Ok(rules) => {
-                    for r in rules {
-                        if !visit(b, *i, r) {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.clone()),
             }
         }
     }
 
-    fn insert_binding(&mut self, b: BindingEntry) {
+    fn insert_binding(&mut self, mut b: BindingEntry) {
+        b.resolved = self.resolve(&b.role_ref, &b.namespace);
+        let me = (b.namespace.clone(), b.name.clone());
+        if let Some(key) = role_key(&b.role_ref, &b.namespace) {
+            self.dependents.entry(key).or_default().insert(me.clone());
+        }
         let b = Arc::new(b);
-        if b.namespace.is_empty() {
-            if let Some(old) = self.cluster_role_bindings.insert(b.name.clone(), b.clone()) {
-                self.cluster_index.remove(&old);
+        let old = if b.namespace.is_empty() {
+            let old = self.cluster_role_bindings.insert(b.name.clone(), b.clone());
+            if let Some(old) = &old {
+                self.cluster_index.remove(old);
             }
             self.cluster_index.insert(&b);
+            old
         } else {
             let ns = b.namespace.clone();
-            if let Some(old) = self.role_bindings.entry(ns.clone()).or_default().insert(b.name.clone(), b.clone())
+            let old = self.role_bindings.entry(ns.clone()).or_default().insert(b.name.clone(), b.clone());
+            if let Some(old) = &old
                 && let Some(index) = self.namespace_index.get_mut(&ns)
             {
-                index.remove(&old);
+                index.remove(old);
             }
             self.namespace_index.entry(ns).or_default().insert(&b);
+            old
+        };
+        if let Some(old) = old
+            && old.role_ref != b.role_ref
+        {
+            self.forget_dependent(&old, &me);
+        }
+    }
+
+    fn forget_dependent(&mut self, old: &BindingEntry, me: &(String, String)) {
+        if let Some(key) = role_key(&old.role_ref, &old.namespace)
+            && let Some(set) = self.dependents.get_mut(&key)
+        {
+            set.remove(me);
+            if set.is_empty() {
+                self.dependents.remove(&key);
+            }
         }
     }
 
     fn remove_binding(&mut self, namespace: &str, name: &str) {
+        let me = (namespace.to_string(), name.to_string());
         if namespace.is_empty() {
             if let Some(old) = self.cluster_role_bindings.remove(name) {
                 self.cluster_index.remove(&old);
+                self.forget_dependent(&old, &me);
             }
             return;
         }
         let Some(map) = self.role_bindings.get_mut(namespace) else { return };
         if let Some(old) = map.remove(name) {
-            if map.is_empty() {
+            self.forget_dependent(&old, &me);
+            if self.role_bindings.get(namespace).is_none_or(HashMap::is_empty) {
                 self.role_bindings.remove(namespace);
             }
             if let Some(index) = self.namespace_index.get_mut(namespace) {
@@ -535,11 +602,17 @@ impl RbacAuthorizer {
             RbacObject::Role(r) => {
                 let ns = r.metadata.namespace.clone().unwrap_or_default();
                 let name = r.metadata.name.clone().unwrap_or_default();
-                st.roles.entry(ns).or_default().insert(name, Arc::new(r));
+                st.roles
+                    .entry(ns.clone())
+                    .or_default()
+                    .insert(name.clone(), RoleEntry::new(r.rules.unwrap_or_default()));
+                st.role_changed(&(false, ns, name));
             }
             RbacObject::ClusterRole(r) => {
                 let name = r.metadata.name.clone().unwrap_or_default();
-                st.cluster_roles.insert(name, Arc::new(r));
+                let entry = RoleEntry::new(r.rules.clone().unwrap_or_default());
+                st.cluster_roles.insert(name.clone(), (Arc::new(r), entry));
+                st.role_changed(&(true, String::new(), name));
             }
             RbacObject::RoleBinding(b) => {
                 let namespace = b.metadata.namespace.clone().unwrap_or_default();
@@ -551,6 +624,7 @@ impl RbacAuthorizer {
                     name: b.metadata.name.unwrap_or_default(),
                     role_ref: b.role_ref,
                     subjects: b.subjects.unwrap_or_default(),
+                    resolved: Err(String::new()),
                 });
             }
             RbacObject::ClusterRoleBinding(b) => {
@@ -563,6 +637,7 @@ impl RbacAuthorizer {
                     name: b.metadata.name.unwrap_or_default(),
                     role_ref: b.role_ref,
                     subjects: b.subjects.unwrap_or_default(),
+                    resolved: Err(String::new()),
                 });
             }
         }
@@ -579,9 +654,11 @@ impl RbacAuthorizer {
                         st.roles.remove(namespace);
                     }
                 }
+                st.role_changed(&(false, namespace.to_string(), name.to_string()));
             }
             RbacKind::ClusterRole => {
                 st.cluster_roles.remove(name);
+                st.role_changed(&(true, String::new(), name.to_string()));
             }
             RbacKind::RoleBinding => st.remove_binding(namespace, name),
             RbacKind::ClusterRoleBinding => st.remove_binding("", name),
@@ -630,8 +707,9 @@ impl RbacAuthorizer {
         let st = self.state.read();
         let mut errors = Vec::new();
         let mut allowed_by: Option<String> = None;
-        st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, rule| {
-            if rules::rule_allows(attrs, rule) {
+        let verb = rules::verb_bit(attrs.verb);
+        st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, rule, compiled| {
+            if compiled.verb_matches(verb, attrs.verb) && rules::rule_allows(attrs, rule) {
                 allowed_by = Some(b.describe(&b.subjects[i]));
                 false
             } else {
@@ -660,7 +738,7 @@ impl RbacAuthorizer {
         }
         let st = self.state.read();
         let mut errors = Vec::new();
-        st.visit_rules(user, namespace, &mut errors, |_, _, r| {
+        st.visit_rules(user, namespace, &mut errors, |_, _, r, _| {
             out.rules.push(r.clone());
             true
         });
@@ -674,7 +752,7 @@ impl RbacAuthorizer {
     /// # Errors
     /// `clusterrole.rbac.authorization.k8s.io "x" not found` (or `role…`) when missing.
     pub fn role_reference_rules(&self, role_ref: &RoleRef, namespace: &str) -> Result<Vec<PolicyRule>, String> {
-        self.state.read().role_rules(role_ref, namespace).map(<[PolicyRule]>::to_vec)
+        self.state.read().resolve(role_ref, namespace).map(|r| r.rules.clone())
     }
 
     /// `SelfSubjectRulesReview.status` for `user` in `namespace`: `resourceRules`,
@@ -718,7 +796,7 @@ impl RbacAuthorizer {
 
     /// A read-only view of every ClusterRole (for aggregation).
     pub fn cluster_roles(&self) -> Vec<Arc<ClusterRole>> {
-        self.state.read().cluster_roles.values().cloned().collect()
+        self.state.read().cluster_roles.values().map(|(r, _)| r.clone()).collect()
     }
 }
 

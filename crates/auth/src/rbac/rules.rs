@@ -25,13 +25,59 @@ pub(crate) fn list(v: &Option<Vec<String>>) -> &[String] {
     v.as_deref().unwrap_or(&[])
 }
 
-/// The rules of a Role/ClusterRole (`None` = no rules).
-pub(crate) fn list_rules(v: &Option<Vec<PolicyRule>>) -> &[PolicyRule] {
-    v.as_deref().unwrap_or(&[])
-}
-
 fn has(set: &[String], item: &str) -> bool {
     set.iter().any(|s| s == item)
+}
+
+/// The bit of a standard verb in [`CompiledRule`]'s verb mask (0 for other verbs).
+pub fn verb_bit(verb: &str) -> u32 {
+    match verb {
+        "get" => 1,
+        "list" => 1 << 1,
+        "watch" => 1 << 2,
+        "create" => 1 << 3,
+        "update" => 1 << 4,
+        "patch" => 1 << 5,
+        "delete" => 1 << 6,
+        "deletecollection" => 1 << 7,
+        "impersonate" => 1 << 8,
+        "bind" => 1 << 9,
+        "escalate" => 1 << 10,
+        "use" => 1 << 11,
+        "proxy" => 1 << 12,
+        "post" => 1 << 13,
+        "put" => 1 << 14,
+        _ => 0,
+    }
+}
+
+const VERB_ALL_BIT: u32 = 1 << 31;
+
+/// A rule's verbs as a bit mask, so most non-matching rules are rejected with one AND.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompiledRule {
+    mask: u32,
+    other_verbs: Vec<String>,
+}
+
+impl CompiledRule {
+    /// Compiles a rule's verbs.
+    pub fn new(rule: &PolicyRule) -> Self {
+        let mut c = CompiledRule::default();
+        for v in &rule.verbs {
+            match (v.as_str(), verb_bit(v)) {
+                (VERB_ALL, _) => c.mask |= VERB_ALL_BIT,
+                (_, 0) => c.other_verbs.push(v.clone()),
+                (_, bit) => c.mask |= bit,
+            }
+        }
+        c
+    }
+
+    /// Whether the rule's verbs include `verb` (whose [`verb_bit`] is `bit`).
+    pub fn verb_matches(&self, bit: u32, verb: &str) -> bool {
+        self.mask & (VERB_ALL_BIT | bit) != 0 || (bit == 0 && self.other_verbs.iter().any(|v| v == verb))
+    }
 }
 
 /// Whether `rule` allows the request described by `attrs`.

@@ -518,3 +518,35 @@ fn benchmark_report_counts_its_decisions() {
     assert!(r.allowed > 0 && r.allowed < r.decisions, "{r}");
     assert!(r.p50_ns <= r.p99_ns && r.p99_ns <= r.max_ns);
 }
+
+#[test]
+fn bindings_follow_later_changes_to_the_role_they_reference() {
+    let a = RbacAuthorizer::new();
+    // The binding arrives before its role, as watch events may.
+    a.apply(&rb("ns", "b", "ClusterRole", "late", json!([{"kind": "User", "name": "u"}]))).unwrap();
+    let u = user("u", &[]);
+    let get = Attributes::resource(&u, "get", "", "pods", "ns", "p");
+    assert!(!a.authorize(&get).allowed);
+    a.apply(&cluster_role("late", json!({}), json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}])))
+        .unwrap();
+    assert!(a.authorize(&get).allowed);
+    // Re-pointing the binding detaches it from the old role.
+    a.apply(&cluster_role("other", json!({}), json!([]))).unwrap();
+    a.apply(&rb("ns", "b", "ClusterRole", "other", json!([{"kind": "User", "name": "u"}]))).unwrap();
+    assert!(!a.authorize(&get).allowed);
+    a.apply(&cluster_role("late", json!({}), json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])))
+        .unwrap();
+    assert!(!a.authorize(&get).allowed);
+    a.remove(RbacKind::RoleBinding, "ns", "b");
+    assert_eq!(a.counts(), (0, 2, 0, 0));
+    // Non-standard verbs still match through the verb list.
+    a.apply(&cluster_role(
+        "approver",
+        json!({}),
+        json!([{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"]}]),
+    ))
+    .unwrap();
+    a.apply(&crb("approvers", "approver", json!([{"kind": "User", "name": "u"}]))).unwrap();
+    assert!(a.authorize(&Attributes::resource(&u, "approve", "certificates.k8s.io", "signers", "", "x")).allowed);
+    assert!(!a.authorize(&Attributes::resource(&u, "sign", "certificates.k8s.io", "signers", "", "x")).allowed);
+}

@@ -48,8 +48,13 @@ async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
 async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
     let mut cfg = skiff_kubelet::AgentConfig::new(&ctx.data_dir);
     cfg.kubelet_client_ca_pem = Some(ctx.ca_pem.clone());
-    skiff_kubelet::run_agent(ctx.client, cfg).await?;
-    Ok(())
+    // On shutdown the agent future is dropped here, which stops the managed containerd while
+    // the runtime still runs (pods keep running, as with the kubelet).
+    let mut stop = ctx.shutdown.clone();
+    tokio::select! {
+        r = skiff_kubelet::run_agent(ctx.client, cfg) => r.map_err(Into::into),
+        _ = stop.wait_for(|s| *s) => Ok(()),
+    }
 }
 
 /// `--simulated-nodes N`: KWOK-style nodes whose pods run without containers.

@@ -16,6 +16,8 @@ pub struct Server {
     /// The HTTPS port.
     pub port: u16,
     extra: Vec<String>,
+    /// Run the local node agent (containerd) instead of `--disable-agent`.
+    agent: bool,
 }
 
 /// A free loopback TCP port.
@@ -32,17 +34,46 @@ impl Server {
     /// Starts a server with extra flags and waits for /readyz.
     pub fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut s =
-            Server { child: None, dir, port: free_port(), extra: extra.iter().map(|s| s.to_string()).collect() };
+        let mut s = Server {
+            child: None,
+            dir,
+            port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            agent: false,
+        };
         s.spawn();
         s
+    }
+
+    /// Starts a server with its local node agent (a managed containerd; needs root) and waits
+    /// for /readyz.
+    pub fn start_with_agent(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Server {
+            child: None,
+            dir,
+            port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            agent: true,
+        };
+        s.spawn();
+        s
+    }
+
+    /// SIGKILL the server process (no graceful shutdown) and wait for it to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// (Re)starts the process and waits for /readyz.
     pub fn spawn(&mut self) {
         let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_skiff"))
-            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1"])
+            .args(["server", "--bind-address", "127.0.0.1"])
+            .args(if self.agent { None } else { Some("--disable-agent") })
             .args(if self.extra.iter().any(|a| a == "--etcd-compaction-interval") {
                 vec![]
             } else {

@@ -1,0 +1,175 @@
+//! The first milestone (issue 8), end to end: the seed's Deployment applied with the real
+//! `kubectl` runs on a real containerd through `skiff server`'s local node, survives a
+//! `kill -9` of the server, and the unchanged seed manifest reports ImagePullBackOff offline.
+//!
+//! Needs root plus containerd, runc, the CNI plugins and busybox-static (`scripts/install-deps`);
+//! fails loudly without them.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Polls `f` until it returns `Some` or `secs` pass.
+fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The HTTP status line of `GET /` on `ip:80`, if the pod answers.
+fn http_get(ip: &str) -> Option<String> {
+    let addr = format!("{ip}:80").parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    s.write_all(format!("GET / HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines().next().map(str::to_string)
+}
+
+fn pod_ips(server: &Server, ns: &str) -> Vec<String> {
+    server
+        .ok(&["-n", ns, "get", "pods", "-l", "app=nginx", "-o", "jsonpath={.items[*].status.podIP}"])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+fn require_runtime() {
+    let missing: Vec<&str> = ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/bin/busybox"]
+        .into_iter()
+        .filter(|p| !Path::new(p).exists())
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?}: run scripts/install-deps (as root)");
+    assert!(rustix_is_root(), "the local node runs containers: run the tests as root");
+}
+
+fn rustix_is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+/// On the way out (also when the test fails), stops what the node left on the host: the
+/// managed containerd, its shims and their containers.
+struct HostCleanup(PathBuf);
+
+impl Drop for HostCleanup {
+    fn drop(&mut self) {
+        let dir = self.0.to_string_lossy().to_string();
+        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
+    }
+}
+
+#[test]
+fn the_seed_deployment_runs_on_containerd_and_survives_a_server_kill() {
+    require_runtime();
+    let images = tempfile::tempdir().unwrap();
+    let built = Command::new(repo_root().join("scripts/images/build.sh")).arg(images.path()).output().unwrap();
+    assert!(built.status.success(), "building the offline images: {}", String::from_utf8_lossy(&built.stderr));
+
+    let mut server = Server::start_with_agent(&[]);
+    let data_dir = server.dir.path().join("data");
+    let _host = HostCleanup(data_dir.clone());
+    let node = eventually(60, "the local node to be Ready", || {
+        let out = server.kubectl(&[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status}{end}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.ends_with("=True").then(|| text.trim_end_matches("=True").to_string())
+    });
+    let import = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args(["images", "import", "--data-dir"])
+        .arg(&data_dir)
+        .arg(images.path().join("busybox.tar"))
+        .arg(images.path().join("pause.tar"))
+        .output()
+        .unwrap();
+    assert!(import.status.success(), "skiff images import: {}", String::from_utf8_lossy(&import.stderr));
+
+    // The offline variant of the seed's Deployment: Deployment → ReplicaSet → Pods → scheduler →
+    // kubelet → containerd.
+    let offline = repo_root().join("examples/nginx-deployment-offline.yaml");
+    server.ok(&["apply", "-f", offline.to_str().unwrap()]);
+    server.ok(&["rollout", "status", "deployment/nginx-deployment", "--timeout=180s"]);
+    let wide = server.ok(&["get", "pods", "-o", "wide"]);
+    assert_eq!(wide.matches("Running").count(), 3, "3 Running pods: {wide}");
+    assert!(wide.contains(&node), "pods run on the local node {node}: {wide}");
+    let ips = pod_ips(&server, "default");
+    assert_eq!(ips.len(), 3, "3 pod IPs: {ips:?}");
+    for ip in &ips {
+        let status = eventually(30, "the pod to answer HTTP", || http_get(ip));
+        assert!(status.contains("200"), "GET http://{ip}/ answered {status:?}");
+    }
+    server.ok(&["logs", "deployment/nginx-deployment"]);
+    let describe = server.ok(&["describe", "pods", "-l", "app=nginx"]);
+    for reason in ["Scheduled", "Pulled", "Created", "Started"] {
+        assert!(describe.contains(reason), "describe shows {reason}: {describe}");
+    }
+    let events = server.ok(&["get", "events", "--sort-by=.metadata.creationTimestamp"]);
+    for reason in ["ScalingReplicaSet", "SuccessfulCreate", "Scheduled", "Started"] {
+        assert!(events.contains(reason), "events show {reason}: {events}");
+    }
+
+    // The unchanged seed manifest: no registry is reachable, so the image cannot be pulled.
+    server.ok(&["create", "namespace", "seed"]);
+    let seed = repo_root().join("examples/nginx-deployment.yaml");
+    server.ok(&["-n", "seed", "apply", "-f", seed.to_str().unwrap()]);
+    eventually(120, "the seed's pods to report an image pull error", || {
+        let pods = server.ok(&["-n", "seed", "get", "pods"]);
+        (pods.matches("ErrImagePull").count() + pods.matches("ImagePullBackOff").count() == 3).then_some(())
+    });
+
+    // kill -9 the server and start it again: objects are kept, pods keep running (adopted).
+    let before = server.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=nginx",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}/{.status.containerStatuses[0].containerID} {end}",
+    ]);
+    server.kill9();
+    server.spawn();
+    server.ok(&["rollout", "status", "deployment/nginx-deployment", "--timeout=180s"]);
+    let after = eventually(60, "the pods to be reported with their containers", || {
+        let out = server.ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=nginx",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}/{.status.containerStatuses[0].containerID} {end}",
+        ]);
+        (out == before).then_some(out)
+    });
+    assert_eq!(after, before, "the same pods and containers after the restart");
+    for ip in &ips {
+        let status = eventually(30, "the pod to answer HTTP after the restart", || http_get(ip));
+        assert!(status.contains("200"), "GET http://{ip}/ answered {status:?} after the restart");
+    }
+
+    // Clean up the host: delete the workloads, wait for the pods to go, stop the server.
+    server.ok(&["delete", "namespace", "seed", "--wait=false"]);
+    server.ok(&["delete", "deployment", "nginx-deployment"]);
+    eventually(120, "the pods to be deleted", || {
+        let pods = server.ok(&["get", "pods", "-A", "-o", "name"]);
+        pods.trim().is_empty().then_some(())
+    });
+    server.stop();
+}

@@ -108,8 +108,10 @@ pub fn synthetic_authorizer(roles: usize, bindings: usize, seed: u64) -> RbacAut
     a
 }
 
-/// Times 20,000 authorization decisions against a snapshot of `roles` roles and `bindings`
-/// bindings and reports percentiles (target: p99 < 5 µs at 1,000 × 1,000).
+/// Times 20,000 authorization decisions ([`RbacAuthorizer::check`], what the request path
+/// calls) against a snapshot of `roles` roles and `bindings` bindings and reports percentiles
+/// (target: p99 < 5 µs at 1,000 × 1,000). Each synthetic user is in three of 20 groups, each
+/// group bound about 20 times, so a denied decision scans ~60 bindings — a pessimistic mix.
 pub fn bench_authorization(roles: usize, bindings: usize) -> AuthorizationBenchReport {
     let a = synthetic_authorizer(roles, bindings, 7);
     let mut rng = StdRng::seed_from_u64(11);
@@ -141,9 +143,9 @@ pub fn bench_authorization(roles: usize, bindings: usize) -> AuthorizationBenchR
             attrs = attrs.with_subresource("status");
         }
         let start = Instant::now();
-        let d = a.authorize(&attrs);
+        let d = a.check(&attrs);
         times.push(start.elapsed().as_nanos() as u64);
-        allowed += usize::from(d.allowed);
+        allowed += usize::from(d.is_ok());
     }
     times.sort_unstable();
     let pct = |p: f64| times[((times.len() as f64 * p) as usize).min(times.len() - 1)];

@@ -701,32 +701,56 @@ impl RbacAuthorizer {
     /// bound to the user (by a ClusterRoleBinding, or by a RoleBinding in the request's
     /// namespace) allows it.
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+        let mut allowed_by: Option<String> = None;
+        let denied = self.decide(attrs, |b, i| allowed_by = Some(b.describe(&b.subjects[i])));
+        match denied {
+            Ok(()) => Decision::allow(allowed_by.map(|by| format!("RBAC: allowed by {by}")).unwrap_or_default()),
+            Err(reason) => Decision { allowed: false, reason },
+        }
+    }
+
+    /// The request-path decision: `Ok` when allowed (nothing is allocated), the denial reason
+    /// otherwise (see [`Decision::reason`]).
+    ///
+    /// # Errors
+    /// The request is denied; the string is the reason to append to [`forbidden`]'s message.
+    pub fn check(&self, attrs: &Attributes<'_>) -> Result<(), String> {
+        self.decide(attrs, |_, _| {})
+    }
+
+    /// [`check`](Self::check) with the denial already rendered as Kubernetes' 403.
+    ///
+    /// # Errors
+    /// 403 Forbidden from [`forbidden`].
+    pub fn check_forbidden(&self, attrs: &Attributes<'_>) -> Result<(), ApiError> {
+        self.check(attrs).map_err(|reason| forbidden(attrs, &reason))
+    }
+
+    fn decide(&self, attrs: &Attributes<'_>, mut on_allow: impl FnMut(&BindingEntry, usize)) -> Result<(), String> {
         if attrs.user.in_group(user::SYSTEM_MASTERS) {
-            return Decision::allow(String::new());
+            return Ok(());
         }
         let st = self.state.read();
         let mut errors = Vec::new();
-        let mut allowed_by: Option<String> = None;
+        let mut allowed = false;
         let verb = rules::verb_bit(attrs.verb);
         st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, rule, compiled| {
             if compiled.verb_matches(verb, attrs.verb) && rules::rule_allows(attrs, rule) {
-                allowed_by = Some(b.describe(&b.subjects[i]));
+                on_allow(b, i);
+                allowed = true;
                 false
             } else {
                 true
             }
         });
-        match allowed_by {
-            Some(by) => Decision::allow(format!("RBAC: allowed by {by}")),
-            None => Decision {
-                allowed: false,
-                reason: match errors.len() {
-                    0 => String::new(),
-                    1 => format!("RBAC: {}", errors[0]),
-                    _ => format!("RBAC: [{}]", errors.join(", ")),
-                },
-            },
+        if allowed {
+            return Ok(());
         }
+        Err(match errors.len() {
+            0 => String::new(),
+            1 => format!("RBAC: {}", errors[0]),
+            _ => format!("RBAC: [{}]", errors.join(", ")),
+        })
     }
 
     /// Every rule that applies to `user` in `namespace` (cluster-wide rules only when

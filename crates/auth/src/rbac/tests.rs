@@ -178,6 +178,8 @@ fn authorization_matrix_gives_the_answers_rbac_defines() {
         let attrs = Attributes::resource(u, verb, group, resource, ns, name).with_subresource(sub);
         let got = a.authorize(&attrs);
         assert_eq!(got.allowed, want, "{} {verb} {group}/{resource}/{sub} in {ns:?} name {name:?}: {got:?}", u.name);
+        assert_eq!(a.check(&attrs).is_ok(), want);
+        assert_eq!(a.check_forbidden(&attrs).is_ok(), want);
     }
 
     let monitor = user("mo", &["monitors"]);

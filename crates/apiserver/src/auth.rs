@@ -26,6 +26,17 @@ pub struct PeerIdentity(pub Option<(String, Vec<String>)>);
 pub trait Authenticator: Send + Sync + 'static {
     /// Authenticates one request from its head and the connection's certificate identity.
     fn authenticate(&self, parts: &Parts, peer: &PeerIdentity) -> Option<RequestUser>;
+
+    /// Like [`Authenticator::authenticate`], but may refuse a request with a specific error
+    /// (e.g. 403 Forbidden for impersonation the requester may not do). The default never
+    /// refuses.
+    fn authenticate_request(
+        &self,
+        parts: &Parts,
+        peer: &PeerIdentity,
+    ) -> Result<Option<RequestUser>, skiff_apimachinery::ApiError> {
+        Ok(self.authenticate(parts, peer))
+    }
 }
 
 /// Client certificates only: bearer tokens are not accepted until a token authenticator exists.

@@ -38,6 +38,7 @@ pub mod proxy;
 pub mod registry;
 pub mod rest;
 pub mod schema;
+pub mod security;
 pub mod subresources;
 pub mod table;
 pub mod util;
@@ -129,6 +130,10 @@ pub struct Config {
     pub admission: Option<Arc<dyn admission::Admission>>,
     /// Computed resources (access reviews, TokenRequest) and their handlers.
     pub virtual_resources: Vec<virtual_resources::VirtualResource>,
+    /// Enforce RBAC ([`security`]): creates the bootstrap policy, authorizes every request from
+    /// the RBAC objects, honours `Impersonate-*` headers and serves the access reviews. Replaces
+    /// `authorizer` and wraps `authenticator`.
+    pub rbac: bool,
 }
 
 impl Config {
@@ -144,6 +149,7 @@ impl Config {
             authorizer: None,
             admission: None,
             virtual_resources: Vec::new(),
+            rbac: false,
         }
     }
 }
@@ -204,7 +210,14 @@ impl ApiServer {
     /// Loads or generates the PKI, writes the kubeconfig, starts the watch caches, creates the
     /// system namespaces and starts serving HTTPS. Returns once the listener is bound; use
     /// [`ApiServer::wait_ready`] to wait for the caches.
-    pub async fn start(config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
+    pub async fn start(mut config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
+        let rbac = config.rbac.then(|| Arc::new(skiff_auth::rbac::RbacAuthorizer::new()));
+        if let Some(rbac) = &rbac {
+            let inner = config.authenticator.take().unwrap_or_else(|| Arc::new(CertificateAuthenticator));
+            config.authenticator = Some(Arc::new(security::ImpersonatingAuthenticator { inner, rbac: rbac.clone() }));
+            config.authorizer = Some(Arc::new(security::RbacAdapter { rbac: rbac.clone() }));
+            config.virtual_resources.extend(security::review_resources(rbac));
+        }
         let mut sans = pki::host_sans();
         if !config.bind_address.is_unspecified() {
             sans.push(config.bind_address.to_string());
@@ -269,6 +282,10 @@ impl ApiServer {
             virtuals,
         });
         bootstrap_namespaces(&state).await?;
+        if let Some(rbac) = rbac {
+            cache_tasks.push(tokio::spawn(security::feed(rbac, state.caches.clone())));
+            security::bootstrap_policy(&state).await?;
+        }
 
         let router = axum::Router::new().fallback(fallback).with_state(state.clone());
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));

@@ -327,7 +327,10 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let peer = parts.extensions.get::<PeerIdentity>().cloned().unwrap_or_default();
-    let user = state.authenticator.authenticate(&parts, &peer);
+    let user = match state.authenticator.authenticate_request(&parts, &peer) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e),
+    };
     if user.is_none() && !is_public_path(&path) {
         state.metrics.observe_request("", "", "", "", 401, None);
         return error_response(&ApiError::unauthorized());

@@ -167,6 +167,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.port = args.https_listen_port;
     config.kubeconfig_path = args.write_kubeconfig.clone();
     config.extra_sans = args.tls_san.clone();
+    config.rbac = true;
     let api = ApiServer::start(config, store).await?;
     api.wait_ready().await;
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, url = api.url(), "API server ready");

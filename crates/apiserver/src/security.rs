@@ -1,0 +1,238 @@
+//! Adapters from the API server's seams to `skiff-auth`: RBAC authorization
+//! (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/>), impersonation
+//! (`kubectl --as`), the access-review virtual resources (`kubectl auth can-i`, `kubectl auth
+//! whoami`), the bootstrap policy, and the task that keeps the RBAC snapshot in step with the
+//! watch caches of roles, rolebindings, clusterroles and clusterrolebindings.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::http::request::Parts;
+use serde_json::Value;
+use skiff_apimachinery::ApiError;
+use skiff_auth::UserInfo;
+use skiff_auth::authn::impersonation;
+use skiff_auth::rbac::reviews::{self, AccessReviewKind};
+use skiff_auth::rbac::{self, RbacAuthorizer, RbacKind};
+
+use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
+use crate::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
+use crate::watchcache::{CacheMsg, EventKind, Recv, WatchCache};
+
+/// The RBAC storage segments (`ResourceDef::storage`) and their kinds.
+const RBAC_RESOURCES: [(&str, RbacKind); 4] = [
+    ("roles", RbacKind::Role),
+    ("rolebindings", RbacKind::RoleBinding),
+    ("clusterroles", RbacKind::ClusterRole),
+    ("clusterrolebindings", RbacKind::ClusterRoleBinding),
+];
+
+fn user_info(user: &RequestUser) -> UserInfo {
+    UserInfo::new(user.name.clone(), user.groups.iter().cloned())
+}
+
+/// [`Authorizer`] backed by a [`RbacAuthorizer`] snapshot; a denial is 403 Forbidden in
+/// kube-apiserver's wording (`pods "x" is forbidden: User "jane" cannot delete resource "pods"
+/// in API group "" in the namespace "default"`).
+pub struct RbacAdapter {
+    /// The snapshot.
+    pub rbac: Arc<RbacAuthorizer>,
+}
+
+impl Authorizer for RbacAdapter {
+    fn authorize(&self, user: &RequestUser, attrs: &Attributes) -> Result<(), ApiError> {
+        let info = user_info(user);
+        let a = if attrs.resource_request {
+            rbac::Attributes::resource(&info, &attrs.verb, &attrs.group, &attrs.resource, &attrs.namespace, &attrs.name)
+                .with_subresource(&attrs.subresource)
+        } else {
+            rbac::Attributes::non_resource(&info, &attrs.verb, &attrs.path)
+        };
+        let d = self.rbac.authorize(&a);
+        if d.allowed { Ok(()) } else { Err(rbac::forbidden(&a, &d.reason)) }
+    }
+}
+
+/// Wraps an [`Authenticator`] and applies `Impersonate-*` headers (Kubernetes' user
+/// impersonation) once the requester is known, checking the `impersonate` verb with RBAC.
+pub struct ImpersonatingAuthenticator {
+    /// Who the connection is.
+    pub inner: Arc<dyn Authenticator>,
+    /// Decides whether the requester may impersonate.
+    pub rbac: Arc<RbacAuthorizer>,
+}
+
+impl Authenticator for ImpersonatingAuthenticator {
+    fn authenticate(&self, parts: &Parts, peer: &PeerIdentity) -> Option<RequestUser> {
+        self.authenticate_request(parts, peer).ok().flatten()
+    }
+
+    fn authenticate_request(&self, parts: &Parts, peer: &PeerIdentity) -> Result<Option<RequestUser>, ApiError> {
+        let Some(user) = self.inner.authenticate(parts, peer) else { return Ok(None) };
+        if !impersonation::has_impersonation_headers(&parts.headers) {
+            return Ok(Some(user));
+        }
+        let requester = user_info(&user);
+        match impersonation::impersonate(&requester, &parts.headers, self.rbac.as_ref())? {
+            Some(u) => Ok(Some(RequestUser { name: u.name, groups: u.groups })),
+            None => Ok(Some(user)),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Review {
+    Access(AccessReviewKind),
+    Rules,
+    SelfSubject,
+}
+
+struct ReviewHandler {
+    rbac: Arc<RbacAuthorizer>,
+    review: Review,
+}
+
+#[async_trait]
+impl VirtualHandler for ReviewHandler {
+    async fn create(&self, req: &VirtualRequest<'_>, body: Value) -> Result<Value, ApiError> {
+        let user = req.user.map(user_info).unwrap_or_else(UserInfo::anonymous);
+        match self.review {
+            Review::Access(kind) => reviews::access_review(self.rbac.as_ref(), kind, &body, &user, req.namespace),
+            Review::Rules => reviews::self_subject_rules_review(&self.rbac, &body, &user),
+            Review::SelfSubject => Ok(skiff_auth::authn::self_subject_review(&user)),
+        }
+    }
+}
+
+/// The access-review virtual resources answered from `rbac`: selfsubjectaccessreviews,
+/// subjectaccessreviews, localsubjectaccessreviews, selfsubjectrulesreviews
+/// (authorization.k8s.io/v1) and selfsubjectreviews (authentication.k8s.io/v1).
+pub fn review_resources(rbac: &Arc<RbacAuthorizer>) -> Vec<VirtualResource> {
+    crate::virtual_resources::standard_defs()
+        .into_iter()
+        .filter_map(|def| {
+            let review = match def.resource {
+                "selfsubjectaccessreviews" => Review::Access(AccessReviewKind::SelfSubject),
+                "subjectaccessreviews" => Review::Access(AccessReviewKind::Subject),
+                "localsubjectaccessreviews" => Review::Access(AccessReviewKind::LocalSubject),
+                "selfsubjectrulesreviews" => Review::Rules,
+                "selfsubjectreviews" => Review::SelfSubject,
+                _ => return None,
+            };
+            Some(VirtualResource {
+                def,
+                subresource: None,
+                handler: Arc::new(ReviewHandler { rbac: rbac.clone(), review }),
+            })
+        })
+        .collect()
+}
+
+/// Creates the bootstrap ClusterRoles and ClusterRoleBindings that do not exist yet
+/// (existing ones are left as the cluster admin changed them).
+///
+/// # Errors
+/// A create that fails other than with 409 AlreadyExists.
+pub async fn bootstrap_policy(state: &crate::AppState) -> anyhow::Result<()> {
+    for obj in rbac::bootstrap::bootstrap_policy().to_json_objects() {
+        let resource = if obj["kind"] == "ClusterRole" { "clusterroles" } else { "clusterrolebindings" };
+        let Some(def) = state.registry.get(rbac::RBAC_GROUP, "v1", resource).cloned() else {
+            anyhow::bail!("{resource} are not registered");
+        };
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match state.objects.create(&def, "", obj, None, &crate::objects::WriteOptions::default()).await {
+            Ok(_) => tracing::debug!(%resource, %name, "created bootstrap RBAC object"),
+            Err(e) if e.code == 409 => {}
+            Err(e) => anyhow::bail!("creating {resource} {name}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Keeps `rbac` equal to the RBAC objects in the watch caches: a full load, then every event;
+/// reloads when a subscription lags or a cache resets. Runs until the caches close.
+pub async fn feed(rbac: Arc<RbacAuthorizer>, caches: HashMap<String, Arc<WatchCache>>) {
+    let caches: Vec<(Arc<WatchCache>, RbacKind)> =
+        RBAC_RESOURCES.iter().filter_map(|(seg, kind)| caches.get(*seg).map(|c| (c.clone(), *kind))).collect();
+    loop {
+        while !caches.iter().all(|(c, _)| c.is_ready()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Option<(RbacKind, EventKind, Arc<Value>)>>(256);
+        let mut objects = Vec::new();
+        let mut pumps = Vec::new();
+        for (cache, kind) in &caches {
+            let snap = cache.snapshot(cache.prefix());
+            objects.extend(snap.objects.iter().map(|o| (*kind, o.clone())));
+            let mut sub = snap.subscription;
+            let tx = tx.clone();
+            let kind = *kind;
+            pumps.push(tokio::spawn(async move {
+                loop {
+                    match sub.recv().await {
+                        Recv::Msg(CacheMsg::Event(e)) => {
+                            if tx.send(Some((kind, e.kind, e.object.clone()))).await.is_err() {
+                                return;
+                            }
+                        }
+                        Recv::Msg(CacheMsg::Progress(_)) => {}
+                        Recv::Msg(CacheMsg::Reset) | Recv::Lagged => {
+                            let _ = tx.send(None).await;
+                            return;
+                        }
+                        Recv::Closed => return,
+                    }
+                }
+            }));
+        }
+        drop(tx);
+        // `replace` dispatches on `kind`, which stored objects may lack: tag them.
+        let tagged: Vec<Value> = objects
+            .iter()
+            .map(|(kind, o)| {
+                let mut o = (**o).clone();
+                o["kind"] = kind_name(*kind).into();
+                o
+            })
+            .collect();
+        if let Err(e) = rbac.replace(tagged.iter().filter(|o| rbac::RbacObject::from_value(o).is_ok())) {
+            tracing::warn!(error = %e, "loading the RBAC snapshot");
+        }
+        let mut reload = false;
+        while let Some(msg) = rx.recv().await {
+            let Some((kind, ev, obj)) = msg else {
+                reload = true;
+                break;
+            };
+            match ev {
+                EventKind::Added | EventKind::Modified => match rbac::RbacObject::from_value_as(kind, &obj) {
+                    Ok(o) => rbac.apply_object(o),
+                    Err(e) => tracing::warn!(error = %e, "ignoring an undecodable RBAC object"),
+                },
+                EventKind::Deleted => {
+                    let meta = &obj["metadata"];
+                    let ns = meta["namespace"].as_str().unwrap_or_default();
+                    let name = meta["name"].as_str().unwrap_or_default();
+                    rbac.remove(kind, ns, name);
+                }
+            }
+        }
+        for p in pumps {
+            p.abort();
+        }
+        if !reload {
+            return;
+        }
+    }
+}
+
+fn kind_name(kind: RbacKind) -> &'static str {
+    match kind {
+        RbacKind::Role => "Role",
+        RbacKind::RoleBinding => "RoleBinding",
+        RbacKind::ClusterRole => "ClusterRole",
+        RbacKind::ClusterRoleBinding => "ClusterRoleBinding",
+    }
+}

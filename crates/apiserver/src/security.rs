@@ -236,3 +236,99 @@ fn kind_name(kind: RbacKind) -> &'static str {
         RbacKind::ClusterRoleBinding => "ClusterRoleBinding",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn rbac_with_pod_reader() -> Arc<RbacAuthorizer> {
+        let rbac = Arc::new(RbacAuthorizer::new());
+        rbac.apply(&json!({"kind": "Role", "metadata": {"namespace": "default", "name": "pod-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}))
+            .unwrap();
+        rbac.apply(&json!({"kind": "RoleBinding", "metadata": {"namespace": "default", "name": "read-pods"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+            "subjects": [{"kind": "User", "name": "jane"}]}))
+            .unwrap();
+        rbac
+    }
+
+    fn attrs(verb: &str, name: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            group: String::new(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            namespace: "default".into(),
+            name: name.into(),
+            path: format!("/api/v1/namespaces/default/pods/{name}"),
+            resource_request: true,
+        }
+    }
+
+    fn user(name: &str, groups: &[&str]) -> RequestUser {
+        RequestUser { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
+    }
+
+    fn parts(headers: &[(&str, &str)]) -> Parts {
+        let mut b = axum::http::Request::builder().uri("/api/v1/namespaces/default/pods");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn peer(name: &str, groups: &[&str]) -> PeerIdentity {
+        PeerIdentity(Some((name.into(), groups.iter().map(|g| g.to_string()).collect())))
+    }
+
+    #[test]
+    fn a_bound_role_allows_reads_and_a_delete_is_forbidden_in_kubernetes_wording() {
+        let a = RbacAdapter { rbac: rbac_with_pod_reader() };
+        let jane = user("jane", &["system:authenticated"]);
+        assert!(a.authorize(&jane, &attrs("list", "")).is_ok());
+        let e = a.authorize(&jane, &attrs("delete", "x")).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.message,
+            r#"pods "x" is forbidden: User "jane" cannot delete resource "pods" in API group "" in the namespace "default""#
+        );
+    }
+
+    #[test]
+    fn system_masters_may_impersonate_and_the_impersonated_user_is_authenticated() {
+        let a = ImpersonatingAuthenticator {
+            inner: Arc::new(crate::auth::CertificateAuthenticator),
+            rbac: rbac_with_pod_reader(),
+        };
+        let u = a
+            .authenticate_request(&parts(&[("Impersonate-User", "jane")]), &peer("system:admin", &["system:masters"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(u, user("jane", &["system:authenticated"]));
+    }
+
+    #[test]
+    fn impersonation_without_the_impersonate_verb_is_forbidden() {
+        let a = ImpersonatingAuthenticator {
+            inner: Arc::new(crate::auth::CertificateAuthenticator),
+            rbac: rbac_with_pod_reader(),
+        };
+        let e = a.authenticate_request(&parts(&[("Impersonate-User", "bob")]), &peer("jane", &[])).unwrap_err();
+        assert_eq!(e.code, 403);
+        assert!(e.message.contains(r#"User "jane" cannot impersonate resource "users""#), "{}", e.message);
+    }
+
+    #[test]
+    fn without_impersonation_headers_the_connection_user_is_kept() {
+        let a = ImpersonatingAuthenticator {
+            inner: Arc::new(crate::auth::CertificateAuthenticator),
+            rbac: rbac_with_pod_reader(),
+        };
+        let u = a.authenticate_request(&parts(&[]), &peer("jane", &[])).unwrap().unwrap();
+        assert_eq!(u, user("jane", &["system:authenticated"]));
+    }
+}

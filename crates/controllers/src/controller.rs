@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use tokio::task::JoinSet;
 
 use crate::api::{ApiError, is_conflict};
@@ -83,7 +84,20 @@ pub async fn process_next_work_item(
         return false;
     };
     let started = tokio::time::Instant::now();
-    let result = reconciler.reconcile(&key).await;
+    // A panicking reconcile must not take the worker (and the key, stuck "processing") with it:
+    // it counts as a failure and is retried with backoff.
+    let result = match std::panic::AssertUnwindSafe(reconciler.reconcile(&key)).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            tracing::error!(controller = %config.name, %key, panic = %what, "reconcile panicked");
+            Err(ReconcileError::Other(format!("reconcile panicked: {what}")))
+        }
+    };
     metrics.duration.observe(started.elapsed().as_secs_f64());
     match result {
         Ok(Action::AwaitChange) => {
@@ -171,6 +185,28 @@ mod tests {
             }
             Ok(Action::AwaitChange)
         }
+    }
+
+    struct Panicky;
+
+    #[async_trait]
+    impl Reconciler for Panicky {
+        async fn reconcile(&self, key: &str) -> ReconcileResult {
+            panic!("bug while syncing {key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_retried_and_the_worker_survives() {
+        let q = WorkQueue::<String>::new();
+        let m = ControllerHandles::default();
+        q.add("k".into());
+        assert!(process_next_work_item(&q, &Panicky, &cfg(None), &m).await);
+        assert_eq!(m.errors.get(), 1);
+        assert_eq!(q.num_requeues(&"k".to_string()), 1);
+        // The key was released: it is handed out again after its backoff.
+        assert!(process_next_work_item(&q, &Panicky, &cfg(None), &m).await);
+        assert_eq!(m.errors.get(), 2);
     }
 
     fn cfg(max_retries: Option<u32>) -> WorkerConfig {

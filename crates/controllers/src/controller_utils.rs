@@ -1,7 +1,6 @@
 //! Shared controller machinery (`pkg/controller/controller_utils.go`): expectations, the
 //! pod deletion ranking, slow-start batches and pods from templates.
 
-use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
@@ -190,22 +189,16 @@ fn ready_time(pod: &Pod) -> Option<Timestamp> {
     pod_ready_condition(pod).and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0)
 }
 
-/// `afterOrZero`: a zero time sorts first, then the later time.
-fn after_or_zero(a: Option<Timestamp>, b: Option<Timestamp>) -> bool {
-    match (a, b) {
-        (None, _) | (_, None) => a.is_none(),
-        (Some(a), Some(b)) => a > b,
+/// `⌊log2(age in ns)⌋` of a time (`logarithmicRankDiff`'s buckets): pods of similar age fall
+/// in the same bucket. A missing time sorts first (-2), a time not in the past next (-1).
+fn log_age_bucket(t: Option<Timestamp>, now: Timestamp) -> i64 {
+    match t {
+        None => -2,
+        Some(t) => {
+            let d = now.as_nanosecond() - t.as_nanosecond();
+            if d > 0 { (d as f64).log2() as i64 } else { -1 }
+        }
     }
-}
-
-/// `logarithmicRankDiff`: compares ⌊log2(age in ns)⌋ of two times, so pods of similar age
-/// (same power-of-two bucket) tie and are then ordered by uid.
-fn logarithmic_rank_diff(a: Timestamp, b: Timestamp, now: Timestamp) -> i64 {
-    let rank = |t: Timestamp| {
-        let d = now.as_nanosecond() - t.as_nanosecond();
-        if d > 0 { (d as f64).log2() as i64 } else { -1 }
-    };
-    rank(a) - rank(b)
 }
 
 fn max_container_restarts(pod: &Pod) -> (i32, i32) {
@@ -237,64 +230,45 @@ fn max_container_restarts(pod: &Pod) -> (i32, i32) {
     (regular, sidecar)
 }
 
-/// `ActivePodsWithRanks.Less`: whether pod `a` (rank `ra`) should be deleted before pod `b`.
+/// The deletion rank of a pod as a sort key (smaller = deleted first), following
+/// `ActivePodsWithRanks.Less` criterion by criterion:
+/// 1. unassigned < assigned;
+/// 2. Pending < Unknown < Running;
+/// 3. not ready < ready;
+/// 4. lower `controller.kubernetes.io/pod-deletion-cost` < higher;
+/// 5. more active pods of the same owner on its node (doubled up) < fewer;
+/// 6. ready for a shorter time < longer (logarithmic age buckets, `LogarithmicScaleDown`);
+/// 7. more container restarts < fewer (regular containers, then sidecars);
+/// 8. no creation time < newer < older (logarithmic buckets);
+/// 9. uid.
 ///
-/// In order: unassigned < assigned; Pending < Unknown < Running; not ready < ready; lower
-/// `pod-deletion-cost` < higher; more ready pods of the same owner on its node (doubled up) <
-/// fewer; ready for a shorter time < longer (in logarithmic buckets); more container restarts <
-/// fewer; newer < older (in logarithmic buckets, then by uid).
+/// Kubernetes' `Less` breaks ties within one age bucket by uid immediately, which is not a
+/// total order when mixed with exact-time ties; as a key the order is total (Rust's sort
+/// requires it) and pods in one bucket are told apart by the later criteria first.
+pub type DeletionKey =
+    (u8, u8, u8, i32, std::cmp::Reverse<usize>, i64, std::cmp::Reverse<i32>, std::cmp::Reverse<i32>, i64, String);
+
+/// [`DeletionKey`] of pod `p` with `rank` co-located pods, at `now`.
+pub fn deletion_key(p: &Pod, rank: usize, now: Timestamp) -> DeletionKey {
+    let ready = is_pod_ready(p);
+    let (regular, sidecar) = max_container_restarts(p);
+    (
+        u8::from(!pod_node_name(p).is_empty()),
+        phase_ordinal(p),
+        u8::from(ready),
+        deletion_cost(p),
+        std::cmp::Reverse(rank),
+        if ready { log_age_bucket(ready_time(p), now) } else { 0 },
+        std::cmp::Reverse(regular),
+        std::cmp::Reverse(sidecar),
+        log_age_bucket(p.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+        p.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+/// Whether pod `a` (rank `ra`) should be deleted before pod `b` (see [`DeletionKey`]).
 pub fn pod_deletion_less(a: &Pod, ra: usize, b: &Pod, rb: usize, now: Timestamp) -> bool {
-    let (na, nb) = (pod_node_name(a), pod_node_name(b));
-    if na != nb && (na.is_empty() || nb.is_empty()) {
-        return na.is_empty();
-    }
-    let (pa, pb) = (phase_ordinal(a), phase_ordinal(b));
-    if pa != pb {
-        return pa < pb;
-    }
-    let (ready_a, ready_b) = (is_pod_ready(a), is_pod_ready(b));
-    if ready_a != ready_b {
-        return !ready_a;
-    }
-    let (ca, cb) = (deletion_cost(a), deletion_cost(b));
-    if ca != cb {
-        return ca < cb;
-    }
-    if ra != rb {
-        return ra > rb;
-    }
-    let uid_less = || a.metadata.uid < b.metadata.uid;
-    if ready_a && ready_b {
-        let (ta, tb) = (ready_time(a), ready_time(b));
-        if ta != tb {
-            return match (ta, tb) {
-                (Some(ta), Some(tb)) => match logarithmic_rank_diff(ta, tb, now) {
-                    0 => uid_less(),
-                    d => d < 0,
-                },
-                _ => after_or_zero(ta, tb),
-            };
-        }
-    }
-    let (ra_, rb_) = (max_container_restarts(a), max_container_restarts(b));
-    if ra_.0 != rb_.0 {
-        return ra_.0 > rb_.0;
-    }
-    if ra_.1 != rb_.1 {
-        return ra_.1 > rb_.1;
-    }
-    let (ta, tb) =
-        (a.metadata.creation_timestamp.as_ref().map(|t| t.0), b.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    if ta != tb {
-        return match (ta, tb) {
-            (Some(ta), Some(tb)) => match logarithmic_rank_diff(ta, tb, now) {
-                0 => uid_less(),
-                d => d < 0,
-            },
-            _ => after_or_zero(ta, tb),
-        };
-    }
-    false
+    deletion_key(a, ra, now) < deletion_key(b, rb, now)
 }
 
 /// `getPodsToDelete`: the `diff` pods to delete first among `filtered`, ranking pods higher
@@ -306,18 +280,7 @@ pub fn pods_to_delete(mut filtered: Vec<Pod>, related: &[Pod], diff: usize, now:
         for p in related.iter().filter(|p| is_pod_active(p)) {
             *on_node.entry(pod_node_name(p)).or_default() += 1;
         }
-        let mut ranked: Vec<(usize, Pod)> =
-            filtered.into_iter().map(|p| (on_node.get(pod_node_name(&p)).copied().unwrap_or(0), p)).collect();
-        ranked.sort_by(|(ra, a), (rb, b)| {
-            if pod_deletion_less(a, *ra, b, *rb, now) {
-                Ordering::Less
-            } else if pod_deletion_less(b, *rb, a, *ra, now) {
-                Ordering::Greater
-            } else {
-                Ordering::Equal
-            }
-        });
-        filtered = ranked.into_iter().map(|(_, p)| p).collect();
+        filtered.sort_by_cached_key(|p| deletion_key(p, on_node.get(pod_node_name(p)).copied().unwrap_or(0), now));
     }
     filtered.truncate(diff);
     filtered
@@ -462,6 +425,38 @@ mod tests {
             .map(|p| p.metadata.name.clone().unwrap())
             .collect();
         assert_eq!(order, ["unscheduled", "pending", "not-ready", "ready-briefly", "restarting", "running-new"]);
+    }
+
+    #[test]
+    fn the_deletion_order_is_total_for_pods_of_mixed_ages() {
+        // Ready times and creation times spread over many log2 buckets, some exactly equal.
+        let mut pods = Vec::new();
+        for i in 0..40i64 {
+            let names = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"];
+            let mut p = pod(&P {
+                name: names[(i % 10) as usize],
+                node: if i % 7 == 0 { "" } else { "n1" },
+                phase: "Running",
+                ready_since: (i % 3 != 0).then_some(1 + (i * i * 37) % 5000),
+                restarts: (i % 4) as i32,
+                created: 10 + (i * 7919) % 100_000,
+            });
+            p.metadata.uid = Some(format!("uid-{i:03}"));
+            pods.push(p);
+        }
+        let less = |a: &Pod, b: &Pod| pod_deletion_less(a, 0, b, 0, now());
+        for a in &pods {
+            assert!(!less(a, a));
+            for b in &pods {
+                assert!(!(less(a, b) && less(b, a)));
+                for c in &pods {
+                    if less(a, b) && less(b, c) {
+                        assert!(less(a, c));
+                    }
+                }
+            }
+        }
+        assert_eq!(pods_to_delete(pods.clone(), &pods, 39, now()).len(), 39);
     }
 
     #[test]

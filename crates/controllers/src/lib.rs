@@ -40,4 +40,4 @@ pub mod serviceaccount;
 pub mod util;
 pub mod workqueue;
 
-pub use manager::{ControllerManagerConfig, run_controller_manager};
+pub use manager::{ControllerManagerConfig, run_controller_manager, run_controller_manager_until};

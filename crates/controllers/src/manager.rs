@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
@@ -97,16 +98,50 @@ pub fn run_controller_manager(
     config: ControllerManagerConfig,
     registry: &mut Registry,
 ) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
+    run_controller_manager_until(client, config, registry, std::future::pending())
+}
+
+/// Like [`run_controller_manager`], but returns `Ok(())` once `shutdown` completes: the
+/// controllers stop and the leader lease is released, so another server takes over at once.
+///
+/// # Errors
+/// As [`run_controller_manager`].
+pub fn run_controller_manager_until(
+    client: kube::Client,
+    config: ControllerManagerConfig,
+    registry: &mut Registry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = anyhow::Result<()>> + Send + 'static {
     let metrics = ControllerMetrics::default();
     metrics.register(registry);
     async move {
+        let shutdown = shutdown.boxed().shared();
         let api: Arc<dyn ApiClient> = Arc::new(KubeApi::new(client.clone()));
         let Some(le) = config.leader_election.clone() else {
-            return run_controllers(client, api, config, metrics).await;
+            return tokio::select! {
+                r = run_controllers(client, api, config, metrics) => r,
+                _ = shutdown => Ok(()),
+            };
         };
         let elector = LeaderElector::new(api.clone(), le)?;
         loop {
-            match elector.run(run_controllers(client.clone(), api.clone(), config.clone(), metrics.clone())).await {
+            let work = {
+                let (client, api, config, metrics, shutdown) =
+                    (client.clone(), api.clone(), config.clone(), metrics.clone(), shutdown.clone());
+                async move {
+                    tokio::select! {
+                        r = run_controllers(client, api, config, metrics) => r,
+                        _ = shutdown => Ok(()),
+                    }
+                }
+            };
+            let campaign = elector.run(work);
+            let outcome = tokio::select! {
+                r = campaign => r,
+                // Shut down while still campaigning.
+                _ = shutdown.clone() => return Ok(()),
+            };
+            match outcome {
                 Ok(result) => return result,
                 Err(LeaderElectionError::LeadershipLost) => {
                     tracing::error!("leader election lost: controllers stopped, campaigning again");

@@ -320,3 +320,73 @@ async fn deleting_a_namespace_deletes_everything_in_it() {
     assert!(!gone.status.success());
     assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"), "{}", String::from_utf8_lossy(&gone.stderr));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
+    use skiff_controllers::leaderelection::LeaderElectionConfig;
+    let c = Cluster::start().await;
+    let manager = |identity: &str, stop: tokio::sync::oneshot::Receiver<()>| {
+        let le = LeaderElectionConfig {
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(3),
+            renew_deadline: Duration::from_secs(2),
+            retry_period: Duration::from_millis(200),
+            ..LeaderElectionConfig::new("kube-system", "kube-controller-manager")
+        };
+        let config = ControllerManagerConfig {
+            leader_election: Some(le),
+            // Only the lease matters here: run no controller.
+            disabled: ["deployment", "replicaset", "garbagecollector", "namespace", "serviceaccount", "eventttl"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..Default::default()
+        };
+        let mut registry = prometheus_client_registry();
+        let client = futures_client(&c);
+        async move {
+            let client = client.await;
+            skiff_controllers::run_controller_manager_until(client, config, &mut registry, async move {
+                let _ = stop.await;
+            })
+            .await
+        }
+    };
+    let (stop_a, rx_a) = tokio::sync::oneshot::channel();
+    let (stop_b, rx_b) = tokio::sync::oneshot::channel();
+    let a = tokio::spawn(manager("server-a", rx_a));
+    let holder_args =
+        ["get", "lease", "kube-controller-manager", "-n", "kube-system", "-o", "jsonpath={.spec.holderIdentity}"];
+    c.eventually(&holder_args, |h| h == "server-a").await;
+    let b = tokio::spawn(manager("server-b", rx_b));
+    // "server-b" campaigns but "server-a" keeps renewing.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(c.ok(&holder_args).await, "server-a");
+    // A graceful shutdown releases the lease: "server-b" takes over without waiting it out.
+    stop_a.send(()).unwrap();
+    a.await.unwrap().unwrap();
+    c.eventually(&holder_args, |h| h == "server-b").await;
+    let transitions = c
+        .ok(&[
+            "get",
+            "lease",
+            "kube-controller-manager",
+            "-n",
+            "kube-system",
+            "-o",
+            "jsonpath={.spec.leaseTransitions}",
+        ])
+        .await;
+    assert_eq!(transitions, "1");
+    stop_b.send(()).unwrap();
+    b.await.unwrap().unwrap();
+}
+
+fn futures_client(c: &Cluster) -> impl std::future::Future<Output = kube::Client> + Send + 'static {
+    let kubeconfig = c.kubeconfig.clone();
+    async move {
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+}

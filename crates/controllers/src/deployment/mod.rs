@@ -6,12 +6,12 @@
 //!   [`DeploymentController::sync_deployment`], which dispatches in a fixed order:
 //!   selecting-all check → deleting (status only) → paused (scale only) → rollback → scaling
 //!   event (proportional scale) → strategy;
-//! - [`sync`](self::sync): steps shared by all paths (find/create the new ReplicaSet, revisions,
+//! - [`sync`]: steps shared by all paths (find/create the new ReplicaSet, revisions,
 //!   proportional scaling, history cleanup, status);
-//! - [`rolling`](self::rolling): RollingUpdate (surge/unavailable arithmetic, worked numbers);
-//! - [`recreate`](self::recreate): Recreate (all old pods gone before the new ones start);
-//! - [`rollback`](self::rollback): the deprecated controller-side rollback annotation;
-//! - [`progress`](self::progress): the Progressing condition and progressDeadlineSeconds;
+//! - [`rolling`]: RollingUpdate (surge/unavailable arithmetic, worked numbers);
+//! - [`recreate`]: Recreate (all old pods gone before the new ones start);
+//! - [`rollback`]: the deprecated controller-side rollback annotation;
+//! - [`progress`]: the Progressing condition and progressDeadlineSeconds;
 //! - [`util`]: pure helpers (hash, annotations, fenceposts, conditions).
 //!
 //! `kubectl rollout undo` (1.33) does not go through the controller: it patches the

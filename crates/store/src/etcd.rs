@@ -742,13 +742,14 @@ impl Backend for EtcdBackend {
     /// Progress: when the stream has been idle for half the progress interval, the task sends
     /// a `WatchProgressRequest`; etcd answers with its current revision. etcd 3.4.25+/3.5.8+
     /// answer only once the watcher has caught up, in order with its events. Older servers
-    /// (Debian's 3.4.23) answer at once, possibly ahead of an event they are about to send
-    /// (etcd issue #15220); for them every progress notification is held back for a short
-    /// grace period and dropped if any event arrives meanwhile (the event carries the progress
-    /// itself). That
-    /// closes the race with a write landing as the request is answered; a watcher still
-    /// replaying a very long history when the first request is answered remains exposed on
-    /// those old servers.
+    /// (Debian's 3.4.23) answer at once with the current revision, even before the events of
+    /// a watcher still replaying history (etcd issue #15220; seen here: a watch from revision 1
+    /// got "progress 3841" before the events 2..3841). For them every progress notification is
+    /// held back for a short grace period and dropped if any event arrives meanwhile (the
+    /// event carries the progress itself), and none is requested before the stream has been
+    /// idle for half an interval. That closes the race with a write landing as the request is
+    /// answered and with ordinary catch-up; a watcher whose replay of a very long history takes
+    /// longer than that idle time stays exposed on those old servers.
     async fn watch(&self, prefix: &str, after_revision: Revision) -> Result<WatchStream> {
         let inner = self.inner.clone();
         if after_revision < 0 {

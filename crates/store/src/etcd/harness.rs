@@ -36,6 +36,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// debugging a failed test); they are removed otherwise.
 pub const KEEP_ENV: &str = "SKIFF_ETCD_KEEP";
 
+/// util-linux's `setpriv`, used to tie etcd's life to the test process.
+const SETPRIV: &str = "/usr/bin/setpriv";
+
 /// How often port allocation is retried when a freshly picked port was taken meanwhile.
 const START_ATTEMPTS: usize = 3;
 
@@ -198,7 +201,15 @@ impl EtcdCluster {
     fn spawn(&mut self, binary: &Path, i: usize) -> io::Result<()> {
         let m = &self.members[i];
         let log = OpenOptions::new().create(true).append(true).open(&m.log_path)?;
-        let mut cmd = Command::new(binary);
+        // When util-linux's setpriv is there, etcd gets SIGKILL if the spawning thread dies, so a
+        // test process killed by a timeout leaves no etcd behind on a shared machine.
+        let mut cmd = if Path::new(SETPRIV).is_file() {
+            let mut cmd = Command::new(SETPRIV);
+            cmd.args(["--pdeathsig", "KILL", "--"]).arg(binary);
+            cmd
+        } else {
+            Command::new(binary)
+        };
         cmd.arg("--name")
             .arg(&m.name)
             .arg("--data-dir")

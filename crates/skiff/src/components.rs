@@ -30,7 +30,13 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
 /// does not yet take component registries.
 async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
     let mut registry = prometheus_client::registry::Registry::default();
-    skiff_controllers::run_controller_manager(ctx.client, Default::default(), &mut registry).await
+    // On shutdown the controllers stop and the Lease is released, so a restarted server (or
+    // another one on the same store) takes over at once instead of after the lease duration.
+    let mut stop = ctx.shutdown.clone();
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    skiff_controllers::run_controller_manager_until(ctx.client, Default::default(), &mut registry, shutdown).await
 }
 
 /// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).

@@ -91,8 +91,6 @@ pub struct ComponentContext {
     /// The cluster CA certificate (PEM), e.g. for the kubelet to verify the API server's
     /// kubelet-client certificate.
     pub ca_pem: String,
-    /// The API server's URL on this host (`https://127.0.0.1:6443`).
-    pub server_url: String,
     /// Flips to `true` on shutdown; components should return soon after.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -181,7 +179,6 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             args: args.clone(),
             data_dir: data_dir.clone(),
             ca_pem: api.pki().ca.cert_pem.clone(),
-            server_url: api.url().to_string(),
             shutdown: stop_rx.clone(),
         };
         tasks.push((

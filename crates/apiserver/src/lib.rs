@@ -26,6 +26,7 @@ pub mod admission;
 pub mod auth;
 pub mod convert;
 pub mod discovery;
+pub mod join;
 pub mod machinery;
 pub mod metrics;
 pub mod nonresource;
@@ -287,7 +288,10 @@ impl ApiServer {
             security::bootstrap_policy(&state).await?;
         }
 
-        let router = axum::Router::new().fallback(fallback).with_state(state.clone());
+        let router = axum::Router::new()
+            .fallback(fallback)
+            .with_state(state.clone())
+            .merge(join::router(&config.data_dir, &pki)?);
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
         Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })

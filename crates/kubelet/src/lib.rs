@@ -17,6 +17,7 @@ pub mod cri;
 pub mod envvars;
 pub mod host;
 pub mod images;
+pub mod killall;
 pub mod kuberuntime;
 pub mod lease;
 pub mod logs;

@@ -166,12 +166,23 @@ async fn kubelet_get(port: u16, path: &str) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
+/// Runs [`skiff_kubelet::killall::killall`] on the node's data dir when dropped.
+struct KillallOnDrop(PathBuf);
+
+impl Drop for KillallOnDrop {
+    fn drop(&mut self) {
+        skiff_kubelet::killall::killall(&self.0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_registers_the_node_and_runs_pods_from_the_api() {
     require_environment();
     let api = start_api_server().await;
     let client = api.client.clone();
     let data = api.dir.path().join("node");
+    // Also when the test fails: stop containerd, the containers and their network namespaces.
+    let _host = KillallOnDrop(data.clone());
     let images = data.join("images");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/images/build.sh");
     let out = std::process::Command::new("bash")

@@ -28,6 +28,17 @@ enum Command {
     /// Manage a node's container images without a registry.
     #[command(subcommand)]
     Images(images::ImagesCommand),
+    /// Stop everything a node left on this host (containerd, shims, containers, pod network
+    /// namespaces and mounts under the data dir), like k3s-killall.sh.
+    Killall(KillallArgs),
+}
+
+/// Flags of `skiff killall`.
+#[derive(clap::Args)]
+struct KillallArgs {
+    /// The node's data directory (as for `skiff server`).
+    #[arg(long, short = 'd', env = "SKIFF_DATA_DIR")]
+    data_dir: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,6 +53,17 @@ fn main() -> anyhow::Result<()> {
             Command::Server(args) => server::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Images(cmd) => images::run(cmd).await,
+            Command::Killall(args) => {
+                let dir = args.data_dir.unwrap_or_else(server::default_data_dir);
+                let report = skiff_kubelet::killall::killall(&dir);
+                eprintln!(
+                    "killed {} processes, unmounted {} mounts under {}",
+                    report.killed.len(),
+                    report.unmounted.len(),
+                    dir.display()
+                );
+                Ok(())
+            }
         }
     })
 }

@@ -48,6 +48,35 @@ pub struct ServerArgs {
     /// disables compaction.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: Duration,
+    /// Pod network of the cluster (k3s's flag). The local node's pod CIDR is the first /24 of
+    /// it (or the range itself when it is /24 or smaller).
+    #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]
+    pub cluster_cidr: String,
+}
+
+/// Checks an IPv4 CIDR such as `10.42.0.0/16`.
+pub fn parse_ipv4_cidr(s: &str) -> Result<String, String> {
+    let (addr, prefix) = s.split_once('/').ok_or_else(|| format!("invalid CIDR {s:?}: want ADDRESS/PREFIX"))?;
+    addr.parse::<std::net::Ipv4Addr>().map_err(|e| format!("invalid CIDR {s:?}: {e}"))?;
+    match prefix.parse::<u8>() {
+        Ok(p) if p <= 30 => Ok(s.to_string()),
+        _ => Err(format!("invalid CIDR {s:?}: the prefix must be 0..=30")),
+    }
+}
+
+/// The pod CIDR of the local node: the first /24 of the cluster CIDR, or the cluster CIDR
+/// itself when its prefix is 24 or longer. Expects a CIDR accepted by [`parse_ipv4_cidr`].
+pub fn local_node_pod_cidr(cluster_cidr: &str) -> String {
+    let Some((addr, prefix)) = cluster_cidr.split_once('/') else { return cluster_cidr.to_string() };
+    let (Ok(addr), Ok(prefix)) = (addr.parse::<std::net::Ipv4Addr>(), prefix.parse::<u32>()) else {
+        return cluster_cidr.to_string();
+    };
+    if prefix >= 24 {
+        return cluster_cidr.to_string();
+    }
+    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    let network = std::net::Ipv4Addr::from(u32::from(addr) & mask);
+    format!("{network}/24")
 }
 
 /// Parses `250ms`, `30s`, `5m`, `1h` or a bare number of seconds.
@@ -214,5 +243,16 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("5y").is_err());
+    }
+
+    #[test]
+    fn the_local_node_gets_the_first_24_of_the_cluster_cidr() {
+        assert_eq!(local_node_pod_cidr("10.42.0.0/16"), "10.42.0.0/24");
+        assert_eq!(local_node_pod_cidr("10.42.7.0/24"), "10.42.7.0/24");
+        assert_eq!(local_node_pod_cidr("10.42.7.128/25"), "10.42.7.128/25");
+        assert_eq!(local_node_pod_cidr("10.43.9.9/12"), "10.32.0.0/24");
+        assert!(parse_ipv4_cidr("10.42.0.0").is_err());
+        assert!(parse_ipv4_cidr("10.42.0.0/33").is_err());
+        assert!(parse_ipv4_cidr("300.1.1.1/8").is_err());
     }
 }

@@ -62,17 +62,6 @@ fn rustix_is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
-/// On the way out (also when the test fails), stops what the node left on the host: the
-/// managed containerd, its shims and their containers.
-struct HostCleanup(PathBuf);
-
-impl Drop for HostCleanup {
-    fn drop(&mut self) {
-        let dir = self.0.to_string_lossy().to_string();
-        let _ = Command::new("pkill").args(["-9", "-f", &dir]).status();
-    }
-}
-
 #[test]
 fn the_seed_deployment_runs_on_containerd_and_survives_a_server_kill() {
     require_runtime();
@@ -82,7 +71,6 @@ fn the_seed_deployment_runs_on_containerd_and_survives_a_server_kill() {
 
     let mut server = Server::start_with_agent(&[]);
     let data_dir = server.dir.path().join("data");
-    let _host = HostCleanup(data_dir.clone());
     let node = eventually(60, "the local node to be Ready", || {
         let out = server.kubectl(&[
             "get",

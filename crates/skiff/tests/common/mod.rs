@@ -46,16 +46,17 @@ impl Server {
     }
 
     /// Starts a server with its local node agent (a managed containerd; needs root) and waits
-    /// for /readyz.
+    /// for /readyz. The node gets a pod CIDR of its own (`--cluster-cidr 10.42.N.0/24`, N from
+    /// the process id) so that pods left by another run can never share its addresses; when
+    /// the `Server` is dropped, whatever the node left on the host is stopped (`skiff killall`).
     pub fn start_with_agent(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Server {
-            child: None,
-            dir,
-            port: free_port(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            agent: true,
-        };
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if !extra.iter().any(|a| a == "--cluster-cidr") {
+            let n = 100 + std::process::id() % 150;
+            extra.extend(["--cluster-cidr".to_string(), format!("10.42.{n}.0/24")]);
+        }
+        let mut s = Server { child: None, dir, port: free_port(), extra, agent: true };
         s.spawn();
         s
     }
@@ -189,6 +190,12 @@ impl Drop for Server {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if self.agent {
+            let _ = Command::new(env!("CARGO_BIN_EXE_skiff"))
+                .args(["killall", "--data-dir"])
+                .arg(self.dir.path().join("data"))
+                .status();
         }
     }
 }

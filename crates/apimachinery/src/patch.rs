@@ -207,6 +207,44 @@ fn field(ty: Ty, name: &str) -> (ListStrategy, Ty) {
     }
 }
 
+/// How the list at a field of a built-in kind merges, from the table [`strategic_merge_patch`]
+/// follows (the Go types' `patchStrategy`/`patchMergeKey` tags). Server-side apply and the
+/// OpenAPI documents read it through [`SchemaNode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListMerge {
+    /// No merge strategy: the list is replaced as a whole (an atomic list).
+    Atomic,
+    /// `patchStrategy: merge` on a list of scalars (a set).
+    Set,
+    /// `patchStrategy: merge` with this `patchMergeKey` (a map keyed by that field).
+    Map(&'static str),
+}
+
+/// A position in the patch-strategy schema of a built-in kind: start at [`SchemaNode::root`]
+/// and descend with [`SchemaNode::field`] (list fields descend to their elements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaNode(Ty);
+
+impl SchemaNode {
+    /// The root of `(apiVersion, kind)`; kinds without strategies get a node under which
+    /// every list is atomic.
+    pub fn root(api_version: &str, kind: &str) -> Self {
+        Self(root_type(api_version, kind))
+    }
+
+    /// The list strategy of field `name` (meaningful when its value is a list) and the node of
+    /// its value (for a list, of its elements).
+    pub fn field(self, name: &str) -> (ListMerge, SchemaNode) {
+        let (strategy, ty) = field(self.0, name);
+        let merge = match strategy {
+            ListStrategy::Replace => ListMerge::Atomic,
+            ListStrategy::MergeScalars => ListMerge::Set,
+            ListStrategy::MergeByKey(k) => ListMerge::Map(k),
+        };
+        (merge, SchemaNode(ty))
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors, worded as k8s.io/apimachinery/pkg/util/mergepatch words them.
 

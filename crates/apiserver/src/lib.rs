@@ -9,7 +9,7 @@
 //! - [`registry`]: the table of served resources; [`discovery`] renders it.
 //! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
 //!   metrics, discovery roots; [`openapi`]: OpenAPI v3; [`protobuf`]: protobuf request bodies;
-//!   [`proxy`]: `pods/log` from the kubelet.
+//!   [`proxy`]: `pods/log` from the kubelet; [`streams`]: `pods/exec`, `pods/attach`, `pods/portforward`.
 //! - [`objects`]: Kubernetes object semantics over the store (the generic registry);
 //!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields).
 //! - [`watchcache`] and [`watch`]: one store watch per resource, fanned out to watchers.
@@ -40,6 +40,7 @@ pub mod registry;
 pub mod rest;
 pub mod schema;
 pub mod security;
+pub mod streams;
 pub mod subresources;
 pub mod table;
 pub mod util;

@@ -1,4 +1,4 @@
-//! `pods/log`: the API server asks the pod's kubelet (`GET https://<node>:<port>/containerLogs/…`,
+//! `pods/log` (and the kubelet connection used by [`crate::streams`]): the API server asks the pod's kubelet (`GET https://<node>:<port>/containerLogs/…`,
 //! the node's InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port`) and streams the
 //! answer back, as kube-apiserver's `LogREST` does
 //! (<https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#read-log-of-the-specified-pod>).
@@ -83,7 +83,12 @@ pub fn kubelet_client_tls(cert_pem: &str, key_pem: &str) -> anyhow::Result<Arc<r
     Ok(Arc::new(cfg))
 }
 
-fn container_name(pod: &Value, name: &str, q: &Query) -> Result<String, ApiError> {
+/// The container a `pods/log`, `pods/exec` or `pods/attach` request is for: the `container`
+/// parameter, or the only container of the pod.
+///
+/// # Errors
+/// 400 for an unknown container, or when the pod has several and none was named.
+pub(crate) fn container_name(pod: &Value, name: &str, q: &Query) -> Result<String, ApiError> {
     if let Some(c) = q.get("container").filter(|c| !c.is_empty()) {
         let known = ["containers", "initContainers", "ephemeralContainers"]
             .iter()
@@ -107,12 +112,19 @@ fn container_name(pod: &Value, name: &str, q: &Query) -> Result<String, ApiError
     }
 }
 
-/// Serves `GET pods/{name}/log`.
-pub async fn pod_log(state: &Arc<AppState>, ns: &str, name: &str, q: &Query) -> Result<Response, ApiError> {
-    let pods = state.registry.get("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not registered"))?;
+/// Opens a TLS connection (with the API server's kubelet-client certificate) to the kubelet of
+/// the node `pod` is bound to, for a request of `path`; returns it with the `host:port` to send
+/// as `Host`.
+///
+/// # Errors
+/// 400 when the pod has no node or the node no address; 503 when the kubelet is unreachable.
+pub(crate) async fn connect_kubelet(
+    state: &Arc<AppState>,
+    pod: &Value,
+    name: &str,
+    path: &str,
+) -> Result<(tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String), ApiError> {
     let nodes = state.registry.get("", "v1", "nodes").ok_or_else(|| ApiError::internal("nodes are not registered"))?;
-    let pod = state.objects.get(pods, ns, name).await?;
-    let container = container_name(&pod, name, q)?;
     let node_name = pod["spec"]["nodeName"].as_str().unwrap_or("");
     if node_name.is_empty() {
         return Err(ApiError::bad_request(format!("pod {name} does not have a host assigned")));
@@ -127,19 +139,8 @@ pub async fn pod_log(state: &Arc<AppState>, ns: &str, name: &str, q: &Query) -> 
         .ok_or_else(|| ApiError::bad_request(format!("node {node_name} has no address")))?;
     let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_i64().unwrap_or(10250);
     let tls = state.kubelet_tls.clone().ok_or_else(|| ApiError::unavailable("no kubelet client certificate"))?;
-
-    let mut query: Vec<String> = Vec::new();
-    for p in LOG_PARAMS {
-        if let Some(v) = q.get(*p) {
-            query.push(format!("{p}={}", v.replace(['&', ' ', '#'], "")));
-        }
-    }
-    let path = format!(
-        "/containerLogs/{ns}/{name}/{container}{}",
-        if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) }
-    );
-    let host = if address.contains(':') { format!("[{address}]") } else { address.clone() };
-    let unreachable = |e: String| ApiError::unavailable(format!("Get \"https://{host}:{port}{path}\": {e}"));
+    let host = if address.contains(':') { format!("[{address}]:{port}") } else { format!("{address}:{port}") };
+    let unreachable = |e: String| ApiError::unavailable(format!("Get \"https://{host}{path}\": {e}"));
     let tcp =
         tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect((address.as_str(), port as u16)))
             .await
@@ -150,13 +151,33 @@ pub async fn pod_log(state: &Arc<AppState>, ns: &str, name: &str, q: &Query) -> 
         .connect(server_name, tcp)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
+    Ok((stream, host))
+}
+
+/// Serves `GET pods/{name}/log`.
+pub async fn pod_log(state: &Arc<AppState>, ns: &str, name: &str, q: &Query) -> Result<Response, ApiError> {
+    let pods = state.registry.get("", "v1", "pods").ok_or_else(|| ApiError::internal("pods are not registered"))?;
+    let pod = state.objects.get(pods, ns, name).await?;
+    let container = container_name(&pod, name, q)?;
+    let mut query: Vec<String> = Vec::new();
+    for p in LOG_PARAMS {
+        if let Some(v) = q.get(*p) {
+            query.push(format!("{p}={}", v.replace(['&', ' ', '#'], "")));
+        }
+    }
+    let path = format!(
+        "/containerLogs/{ns}/{name}/{container}{}",
+        if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) }
+    );
+    let (stream, host) = connect_kubelet(state, &pod, name, &path).await?;
+    let unreachable = |e: String| ApiError::unavailable(format!("Get \"https://{host}{path}\": {e}"));
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| unreachable(e.to_string()))?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     let req = axum::http::Request::get(&path)
-        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::HOST, host.clone())
         .body(http_body_util::Empty::<bytes::Bytes>::new())
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let resp = sender.send_request(req).await.map_err(|e| unreachable(e.to_string()))?;

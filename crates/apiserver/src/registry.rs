@@ -129,6 +129,15 @@ pub fn builtin() -> Vec<ResourceDef> {
         Subresource { name: "binding", group: "", version: "v1", kind: "Binding", verbs: &["create"] },
         Subresource { name: "eviction", group: "policy", version: "v1", kind: "Eviction", verbs: &["create"] },
         Subresource { name: "log", group: "", version: "v1", kind: "Pod", verbs: &["get"] },
+        Subresource { name: "exec", group: "", version: "v1", kind: "PodExecOptions", verbs: &["create", "get"] },
+        Subresource { name: "attach", group: "", version: "v1", kind: "PodAttachOptions", verbs: &["create", "get"] },
+        Subresource {
+            name: "portforward",
+            group: "",
+            version: "v1",
+            kind: "PodPortForwardOptions",
+            verbs: &["create", "get"],
+        },
     ];
     const NS_SUBS: &[Subresource] = &[
         status("Namespace"),

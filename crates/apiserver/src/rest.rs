@@ -449,6 +449,9 @@ async fn dispatch(
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
     }
     match (info.verb, sub) {
+        ("get" | "create", "exec" | "attach" | "portforward") => {
+            crate::streams::connect(state, parts, ns, name, sub, q).await
+        }
         ("get", "") | ("get", "status") => {
             let obj = state.objects.get(def, ns, name).await?;
             Ok(json_response(StatusCode::OK, &render_object(def, obj, out)))

@@ -223,6 +223,18 @@ impl CriClient {
         Ok(call!(self.runtime.clone(), exec, "Exec", req, DEFAULT_TIMEOUT)?.url)
     }
 
+    /// `Attach`: prepares a streaming attach to a running container; returns the streaming URL.
+    pub async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+        Ok(call!(self.runtime.clone(), attach, "Attach", req, DEFAULT_TIMEOUT)?.url)
+    }
+
+    /// `PortForward`: prepares port forwarding into a sandbox's network namespace; returns the
+    /// streaming URL.
+    pub async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError> {
+        let req = api::PortForwardRequest { pod_sandbox_id: sandbox_id.to_string(), port: ports };
+        Ok(call!(self.runtime.clone(), port_forward, "PortForward", req, DEFAULT_TIMEOUT)?.url)
+    }
+
     /// `ImageStatus`: the image when present locally.
     pub async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         let req = api::ImageStatusRequest {

@@ -296,6 +296,15 @@ impl PodWorkers {
         let rt = kuberuntime::runtime_pod(&self.inner.cri, uid).await?;
         Ok(rt.latest(container).filter(|c| c.state == api::ContainerState::ContainerRunning).map(|c| c.id.clone()))
     }
+
+    /// The runtime id of the newest ready sandbox of pod `uid` (the target of port forwarding).
+    ///
+    /// # Errors
+    /// [`crate::cri::CriError`] when the runtime cannot be queried.
+    pub async fn ready_sandbox_id(&self, uid: &str) -> Result<Option<String>, crate::cri::CriError> {
+        let rt = kuberuntime::runtime_pod(&self.inner.cri, uid).await?;
+        Ok(rt.sandboxes.iter().find(|s| s.ready).map(|s| s.id.clone()))
+    }
 }
 
 /// Per-worker state kept between syncs.

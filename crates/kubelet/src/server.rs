@@ -10,10 +10,13 @@
 //!   `X-Exit-Code` header);
 //! - `GET|POST /exec/{namespace}/{pod}/{container}?command=..&stdin=..&stdout=..&stderr=..&tty=..`
 //!   — streaming exec: the kubelet asks the runtime for an exec session (CRI `Exec`) and relays
-//!   the caller's upgrade request (WebSocket `*.channel.k8s.io` or SPDY, as kubectl sends it
-//!   through the API server) to the runtime's streaming server, then copies bytes both ways.
-//!
-//! `attach` and `port-forward` are not implemented.
+//!   the caller's upgrade request (SPDY or WebSocket `v4.channel.k8s.io`) to the runtime's
+//!   streaming server, then copies bytes both ways. WebSocket `v5.channel.k8s.io` (kubectl 1.30+),
+//!   which containerd 1.6 does not speak, is terminated here and translated to SPDY ([`spdy`]);
+//! - `GET|POST /attach/{namespace}/{pod}/{container}?stdin=..&stdout=..&stderr=..&tty=..` — the
+//!   same for CRI `Attach`;
+//! - `GET|POST /portForward/{namespace}/{pod}` — CRI `PortForward`, SPDY only (a WebSocket
+//!   request gets 400, on which kubectl falls back to SPDY).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -37,6 +40,8 @@ use crate::cri::api;
 use crate::logs::{self, LogOptions};
 use crate::pod_workers::PodWorkers;
 
+pub mod spdy;
+
 /// Settings of the kubelet endpoint.
 #[derive(Debug, Clone)]
 pub struct KubeletServerConfig {
@@ -59,6 +64,8 @@ pub fn router(workers: PodWorkers) -> axum::Router {
         .route("/containerLogs/{namespace}/{pod}/{container}", get(container_logs))
         .route("/run/{namespace}/{pod}/{container}", post(run_command))
         .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
+        .route("/attach/{namespace}/{pod}/{container}", get(attach).post(attach))
+        .route("/portForward/{namespace}/{pod}", get(port_forward).post(port_forward))
         .with_state(Arc::new(workers))
 }
 
@@ -332,106 +339,233 @@ const RELAYED_HEADERS: &[&str] = &[
     "x-stream-protocol-version",
 ];
 
+/// The WebSocket remotecommand protocol the kubelet translates to SPDY itself.
+const WEBSOCKET_V5: &str = "v5.channel.k8s.io";
+
+/// The kind of streaming session a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamKind {
+    Exec,
+    Attach,
+    PortForward,
+}
+
 async fn exec(
     State(workers): State<Arc<PodWorkers>>,
     Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    req: axum::extract::Request,
+) -> Response {
+    streaming(&workers, StreamKind::Exec, &namespace, &pod_name, &container, req).await
+}
+
+async fn attach(
+    State(workers): State<Arc<PodWorkers>>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    req: axum::extract::Request,
+) -> Response {
+    streaming(&workers, StreamKind::Attach, &namespace, &pod_name, &container, req).await
+}
+
+async fn port_forward(
+    State(workers): State<Arc<PodWorkers>>,
+    Path((namespace, pod_name)): Path<(String, String)>,
+    req: axum::extract::Request,
+) -> Response {
+    streaming(&workers, StreamKind::PortForward, &namespace, &pod_name, "", req).await
+}
+
+fn header_list(headers: &axum::http::HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Asks the runtime for a streaming session and connects the caller to it: a WebSocket
+/// `v5.channel.k8s.io` exec/attach is translated to SPDY ([`spdy::bridge`]); anything else
+/// (SPDY, WebSocket v4) is relayed byte for byte. WebSocket port forwarding is refused with
+/// 400, which makes kubectl fall back to SPDY.
+async fn streaming(
+    workers: &PodWorkers,
+    kind: StreamKind,
+    namespace: &str,
+    pod_name: &str,
+    container: &str,
     mut req: axum::extract::Request,
 ) -> Response {
-    let Some(pod) = workers.find_pod(&namespace, &pod_name) else {
+    let Some(pod) = workers.find_pod(namespace, pod_name) else {
         return error(StatusCode::NOT_FOUND, format!("pod {namespace}/{pod_name} is not on this node"));
     };
+    let websocket = header_list(req.headers(), "upgrade").iter().any(|u| u.eq_ignore_ascii_case("websocket"));
+    if websocket && kind == StreamKind::PortForward {
+        return error(StatusCode::BAD_REQUEST, "port forwarding over WebSocket is not supported; use SPDY".into());
+    }
     let params = parse_query(req.uri().query().unwrap_or_default());
     let flag = |k: &str| params.iter().any(|(pk, v)| pk == k && (v == "true" || v == "1"));
-    let cmd: Vec<String> = params.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
-    if cmd.is_empty() {
-        return error(StatusCode::BAD_REQUEST, "missing command".into());
-    }
+    let opts =
+        spdy::StreamOptions { stdin: flag("stdin"), stdout: flag("stdout"), stderr: flag("stderr"), tty: flag("tty") };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let id = match workers.running_container_id(&uid, &container).await {
-        Ok(Some(id)) => id,
-        Ok(None) => return error(StatusCode::BAD_REQUEST, format!("container {container} is not running")),
-        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let url = if kind == StreamKind::PortForward {
+        let sandbox = match workers.ready_sandbox_id(&uid).await {
+            Ok(Some(id)) => id,
+            Ok(None) => return error(StatusCode::BAD_REQUEST, format!("pod {pod_name} has no running sandbox")),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let ports: Vec<i32> = params.iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
+        workers.cri().port_forward(&sandbox, ports).await
+    } else {
+        let cmd: Vec<String> = params.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
+        if kind == StreamKind::Exec && cmd.is_empty() {
+            return error(StatusCode::BAD_REQUEST, "missing command".into());
+        }
+        let id = match workers.running_container_id(&uid, container).await {
+            Ok(Some(id)) => id,
+            Ok(None) => return error(StatusCode::BAD_REQUEST, format!("container {container} is not running")),
+            Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        if kind == StreamKind::Exec {
+            let (tty, stdin, stdout, stderr) = (opts.tty, opts.stdin, opts.stdout, opts.stderr);
+            workers.cri().exec(api::ExecRequest { container_id: id, cmd, tty, stdin, stdout, stderr }).await
+        } else {
+            let (tty, stdin, stdout, stderr) = (opts.tty, opts.stdin, opts.stdout, opts.stderr);
+            workers.cri().attach(api::AttachRequest { container_id: id, tty, stdin, stdout, stderr }).await
+        }
     };
-    let exec_req = api::ExecRequest {
-        container_id: id,
-        cmd,
-        tty: flag("tty"),
-        stdin: flag("stdin"),
-        stdout: flag("stdout"),
-        stderr: flag("stderr"),
-    };
-    let url = match workers.cri().exec(exec_req).await {
+    let url = match url {
         Ok(u) => u,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    // The runtime's URL looks like http://127.0.0.1:PORT/exec/TOKEN.
-    let Some(rest) = url.strip_prefix("http://") else {
-        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("unsupported streaming URL {url}"));
+    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
+        return error(StatusCode::BAD_REQUEST, "streaming needs a connection upgrade (WebSocket or SPDY)".into());
     };
-    let (authority, path) =
-        rest.split_once('/').map(|(a, p)| (a.to_string(), format!("/{p}"))).unwrap_or((rest.to_string(), "/".into()));
-    let mut head = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", req.method());
+    if websocket && header_list(req.headers(), "sec-websocket-protocol").iter().any(|p| p == WEBSOCKET_V5) {
+        let Some(key) = req.headers().get("sec-websocket-key").map(|k| k.as_bytes().to_vec()) else {
+            return error(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key".into());
+        };
+        return translate_websocket_v5(key, on_upgrade, &url, opts).await;
+    }
+    let mut headers = Vec::new();
     for name in RELAYED_HEADERS {
         for v in req.headers().get_all(*name) {
             if let Ok(v) = v.to_str() {
-                head.push_str(&format!("{name}: {v}\r\n"));
+                headers.push((name.to_string(), v.to_string()));
             }
         }
     }
-    head.push_str("Content-Length: 0\r\n\r\n");
-    let mut upstream = match tokio::net::TcpStream::connect(&authority).await {
-        Ok(s) => s,
-        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("connecting to the runtime's streaming server: {e}")),
+    let method = req.method().as_str().to_string();
+    let (status, head, leftover, mut upstream) = match runtime_upgrade(&url, &method, &headers).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
     };
-    use tokio::io::AsyncWriteExt;
-    if let Err(e) = upstream.write_all(head.as_bytes()).await {
-        return error(StatusCode::BAD_GATEWAY, e.to_string());
-    }
-    // Read the response head.
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    let head_end = loop {
-        match upstream.read(&mut chunk).await {
-            Ok(0) | Err(_) => {
-                return error(StatusCode::BAD_GATEWAY, "the runtime closed the streaming connection".into());
-            }
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        if buf.len() > 64 * 1024 {
-            return error(StatusCode::BAD_GATEWAY, "oversized response head from the runtime".into());
-        }
-    };
-    let head_text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let leftover = buf[head_end..].to_vec();
-    let mut lines = head_text.split("\r\n");
-    let status =
-        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse::<u16>().ok()).unwrap_or(502);
     let mut resp = Response::builder().status(status);
-    for line in lines.filter(|l| !l.is_empty()) {
-        if let Some((k, v)) = line.split_once(':') {
-            resp = resp.header(k.trim(), v.trim());
-        }
+    for (k, v) in &head {
+        resp = resp.header(k.as_str(), v.as_str());
     }
     if status != 101 {
         let mut body = leftover;
         let _ = upstream.read_to_end(&mut body).await;
         return resp.body(Body::from(body)).unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()));
     }
-    let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() else {
-        return error(StatusCode::BAD_REQUEST, "exec needs a connection upgrade (WebSocket or SPDY)".into());
-    };
     tokio::spawn(async move {
         let Ok(upgraded) = on_upgrade.await else { return };
         let mut downstream = TokioIo::new(upgraded);
+        use tokio::io::AsyncWriteExt;
         if !leftover.is_empty() && downstream.write_all(&leftover).await.is_err() {
             return;
         }
         let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
     });
     resp.body(Body::empty()).unwrap_or_else(|e| error(StatusCode::BAD_GATEWAY, e.to_string()))
+}
+
+/// The answer of the runtime's streaming server to an upgrade request: status, headers, bytes
+/// already read past the head, and the connection.
+type RuntimeAnswer = (u16, Vec<(String, String)>, Vec<u8>, tokio::net::TcpStream);
+
+/// Sends an upgrade request to the runtime's streaming `url` (`http://127.0.0.1:PORT/exec/TOKEN`)
+/// and reads the response head.
+async fn runtime_upgrade(url: &str, method: &str, headers: &[(String, String)]) -> Result<RuntimeAnswer, Response> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(error(StatusCode::INTERNAL_SERVER_ERROR, format!("unsupported streaming URL {url}")));
+    };
+    let (authority, path) =
+        rest.split_once('/').map(|(a, p)| (a.to_string(), format!("/{p}"))).unwrap_or((rest.to_string(), "/".into()));
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
+    for (name, v) in headers {
+        head.push_str(&format!("{name}: {v}\r\n"));
+    }
+    head.push_str("Content-Length: 0\r\n\r\n");
+    let bad_gateway = |e: String| error(StatusCode::BAD_GATEWAY, format!("the runtime's streaming server: {e}"));
+    let mut upstream = tokio::net::TcpStream::connect(&authority).await.map_err(|e| bad_gateway(e.to_string()))?;
+    use tokio::io::AsyncWriteExt;
+    upstream.write_all(head.as_bytes()).await.map_err(|e| bad_gateway(e.to_string()))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let head_end = loop {
+        match upstream.read(&mut chunk).await {
+            Ok(0) => return Err(bad_gateway("connection closed".into())),
+            Err(e) => return Err(bad_gateway(e.to_string())),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        if buf.len() > 64 * 1024 {
+            return Err(bad_gateway("oversized response head".into()));
+        }
+    };
+    let head_text = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head_text.split("\r\n");
+    let status =
+        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|c| c.parse::<u16>().ok()).unwrap_or(502);
+    let head =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    Ok((status, head, buf[head_end..].to_vec(), upstream))
+}
+
+/// Accepts the caller's WebSocket `v5.channel.k8s.io` session and bridges it to an SPDY session
+/// with the runtime.
+async fn translate_websocket_v5(
+    key: Vec<u8>,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    url: &str,
+    opts: spdy::StreamOptions,
+) -> Response {
+    let headers = [
+        ("Connection".to_string(), "Upgrade".to_string()),
+        ("Upgrade".to_string(), "SPDY/3.1".to_string()),
+        ("X-Stream-Protocol-Version".to_string(), "v4.channel.k8s.io".to_string()),
+    ];
+    let (status, _, leftover, upstream) = match runtime_upgrade(url, "POST", &headers).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    if status != 101 {
+        return error(StatusCode::BAD_GATEWAY, format!("the runtime refused the SPDY upgrade ({status})"));
+    }
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            TokioIo::new(upgraded),
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        let (read, write) = upstream.into_split();
+        spdy::bridge(ws, std::io::Cursor::new(leftover).chain(read), write, opts).await;
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Accept", tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key))
+        .header("Sec-WebSocket-Protocol", WEBSOCKET_V5)
+        .body(Body::empty())
+        .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 #[cfg(test)]

@@ -49,6 +49,11 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
         }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_binding(obj),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => default_crd(obj),
+        ("scheduling.k8s.io", "PriorityClass") => {
+            if let Some(m) = obj.as_object_mut() {
+                set_str(m, "preemptionPolicy", "PreemptLowerPriority");
+            }
+        }
         _ => {}
     }
 }

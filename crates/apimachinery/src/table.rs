@@ -268,6 +268,244 @@ pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
             col("Images", "string", "", "Images referenced by each container in the template.", 1),
             col("Selector", "string", "", "A label query over pods that should match the pod count.", 1),
         ],
+        ("batch", "CronJob") => vec![
+            name_col(),
+            col("Schedule", "string", "", "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.", 0),
+            col(
+                "Timezone",
+                "string",
+                "",
+                "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones.",
+                0,
+            ),
+            col(
+                "Suspend",
+                "boolean",
+                "",
+                "This flag tells the controller to suspend subsequent executions, it does not apply to already started executions.  Defaults to false.",
+                0,
+            ),
+            col("Active", "integer", "", "A list of pointers to currently running jobs.", 0),
+            col(
+                "Last Schedule",
+                "string",
+                "",
+                "Information when was the last time the job was successfully scheduled.",
+                0,
+            ),
+            age_col(),
+            col("Containers", "string", "", "Names of each container in the template.", 1),
+            col("Images", "string", "", "Images referenced by each container in the template.", 1),
+            col("Selector", "string", "", "A label query over pods that should match the pod count.", 1),
+        ],
+        ("apps", "ControllerRevision") => vec![
+            name_col(),
+            col("Controller", "string", "", "Controller of the object", 0),
+            col("Revision", "string", "", "Revision indicates the revision of the state represented by Data.", 0),
+            age_col(),
+        ],
+        ("policy", "PodDisruptionBudget") => vec![
+            name_col(),
+            col(
+                "Min Available",
+                "string",
+                "",
+                "The minimum number of pods that must be available simultaneously.  This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+                0,
+            ),
+            col(
+                "Max Unavailable",
+                "string",
+                "",
+                "The maximum number of pods that may be unavailable simultaneously.  This can be either an integer or a string specifying a percentage, e.g. \"28%\".",
+                0,
+            ),
+            col(
+                "Allowed Disruptions",
+                "integer",
+                "",
+                "Calculated number of pods that may be disrupted at this time.",
+                0,
+            ),
+            age_col(),
+        ],
+        ("scheduling.k8s.io", "PriorityClass") => vec![
+            name_col(),
+            col(
+                "Value",
+                "integer",
+                "",
+                "The value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec.",
+                0,
+            ),
+            col(
+                "Global-Default",
+                "boolean",
+                "",
+                "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class.",
+                0,
+            ),
+            age_col(),
+            col(
+                "PreemptionPolicy",
+                "string",
+                "",
+                "PreemptionPolicy is the Policy for preempting pods with lower priority.",
+                0,
+            ),
+        ],
+        ("", "PersistentVolumeClaim") => vec![
+            name_col(),
+            col("Status", "string", "", "Phase represents the current phase of PersistentVolumeClaim.", 0),
+            col(
+                "Volume",
+                "string",
+                "",
+                "VolumeName is the binding reference to the PersistentVolume backing this claim.",
+                0,
+            ),
+            col("Capacity", "string", "", "Capacity represents the actual resources of the underlying volume.", 0),
+            col(
+                "Access Modes",
+                "string",
+                "",
+                "AccessModes contains the desired access modes the volume should have.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "",
+                "StorageClassName is the name of the StorageClass required by the claim.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "",
+                "VolumeAttributesClassName is the name of the VolumeAttributesClass the PersistentVolumeClaim uses.",
+                0,
+            ),
+            age_col(),
+            col("VolumeMode", "string", "", "volumeMode defines what type of volume is required by the claim.", 1),
+        ],
+        ("", "PersistentVolume") => vec![
+            name_col(),
+            col(
+                "Capacity",
+                "string",
+                "",
+                "capacity is the description of the persistent volume's resources and capacity.",
+                0,
+            ),
+            col("Access Modes", "string", "", "accessModes contains all ways the volume can be mounted.", 0),
+            col(
+                "Reclaim Policy",
+                "string",
+                "",
+                "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
+                0,
+            ),
+            col(
+                "Status",
+                "string",
+                "",
+                "phase indicates if a volume is available, bound to a claim, or released by a claim.",
+                0,
+            ),
+            col(
+                "Claim",
+                "string",
+                "",
+                "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "",
+                "storageClassName is the name of StorageClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "",
+                "Name of VolumeAttributesClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "Reason",
+                "string",
+                "",
+                "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.",
+                0,
+            ),
+            age_col(),
+            col(
+                "VolumeMode",
+                "string",
+                "",
+                "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.",
+                1,
+            ),
+        ],
+        ("", "ResourceQuota") => vec![
+            name_col(),
+            age_col(),
+            col(
+                "Request",
+                "string",
+                "",
+                "Request represents a minimum amount of cpu/memory that a container may consume.",
+                0,
+            ),
+            col(
+                "Limit",
+                "string",
+                "",
+                "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.",
+                0,
+            ),
+        ],
+        ("", "PodTemplate") => vec![
+            name_col(),
+            col("Containers", "string", "", "Names of each container in the template.", 0),
+            col("Images", "string", "", "Images referenced by each container in the template.", 0),
+            col("Pod Labels", "string", "", "The labels for the pod template.", 0),
+        ],
+        ("discovery.k8s.io", "EndpointSlice") => vec![
+            name_col(),
+            col(
+                "AddressType",
+                "string",
+                "",
+                "addressType specifies the type of address carried by this EndpointSlice.",
+                0,
+            ),
+            col(
+                "Ports",
+                "string",
+                "",
+                "ports specifies the list of network ports exposed by each endpoint in this slice.",
+                0,
+            ),
+            col("Endpoints", "string", "", "endpoints is a list of unique endpoints in this slice.", 0),
+            age_col(),
+        ],
+        ("networking.k8s.io", "Ingress") => vec![
+            name_col(),
+            col("Class", "string", "", "The name of the IngressClass resource.", 0),
+            col("Hosts", "string", "", "Hosts that incoming requests are matched against before the ingress rule", 0),
+            col("Address", "string", "", "Address is a list containing ingress points for the load-balancer", 0),
+            col("Ports", "string", "", "Ports of TLS configurations that open", 0),
+            age_col(),
+        ],
+        ("networking.k8s.io", "NetworkPolicy") => vec![
+            name_col(),
+            col("Pod-Selector", "string", "", "Selects the pods to which this NetworkPolicy object applies.", 0),
+            age_col(),
+        ],
         ("", "Service") => vec![
             name_col(),
             col("Type", "string", "", "type determines how the Service is exposed.", 0),
@@ -490,6 +728,164 @@ pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: SystemTime) ->
                 json!(selector_string(obj.pointer("/spec/selector"))),
             ]
         }
+        ("batch", "CronJob") => {
+            let (containers, images) = containers_and_images(obj, "/spec/jobTemplate/spec/template/spec/containers");
+            let last = obj.pointer("/status/lastScheduleTime").filter(|v| v.is_string());
+            vec![
+                name,
+                json!(s(obj, "/spec/schedule")),
+                json!(or_none(s(obj, "/spec/timeZone"))),
+                json!(obj.pointer("/spec/suspend").and_then(Value::as_bool).unwrap_or(false)),
+                json!(list(obj, "/status/active").len()),
+                json!(if last.is_some() { age_since(last, now) } else { "<none>".to_string() }),
+                age(),
+                json!(containers),
+                json!(images),
+                json!(selector_string(obj.pointer("/spec/jobTemplate/spec/selector"))),
+            ]
+        }
+        ("apps", "ControllerRevision") => {
+            let owner = list(obj, "/metadata/ownerReferences")
+                .iter()
+                .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true));
+            let controller = match owner {
+                Some(o) => {
+                    let group = s(o, "/apiVersion").rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+                    let kind = s(o, "/kind").to_ascii_lowercase();
+                    let what = if group.is_empty() { kind } else { format!("{kind}.{group}") };
+                    format!("{what}/{}", s(o, "/name"))
+                }
+                None => "<none>".to_string(),
+            };
+            vec![name, json!(controller), json!(i(obj, "/revision")), age()]
+        }
+        ("policy", "PodDisruptionBudget") => {
+            let show = |p: &str| match obj.pointer(p) {
+                Some(Value::Number(n)) => n.to_string(),
+                Some(Value::String(s)) => s.clone(),
+                _ => "N/A".to_string(),
+            };
+            vec![
+                name,
+                json!(show("/spec/minAvailable")),
+                json!(show("/spec/maxUnavailable")),
+                json!(i(obj, "/status/disruptionsAllowed")),
+                age(),
+            ]
+        }
+        ("scheduling.k8s.io", "PriorityClass") => vec![
+            name,
+            json!(i(obj, "/value")),
+            json!(obj.get("globalDefault").and_then(Value::as_bool).unwrap_or(false)),
+            age(),
+            json!(or_none(s(obj, "/preemptionPolicy"))),
+        ],
+        ("", "PersistentVolumeClaim") => {
+            let bound = s(obj, "/status/phase") == "Bound";
+            let storage = if bound { s(obj, "/status/capacity/storage") } else { "" };
+            vec![
+                name,
+                json!(s(obj, "/status/phase")),
+                json!(s(obj, "/spec/volumeName")),
+                json!(storage),
+                json!(if bound { access_modes(list(obj, "/status/accessModes")) } else { String::new() }),
+                json!(s(obj, "/spec/storageClassName")),
+                json!(or_unset(s(obj, "/spec/volumeAttributesClassName"))),
+                age(),
+                json!(or_none(s(obj, "/spec/volumeMode"))),
+            ]
+        }
+        ("", "PersistentVolume") => {
+            let claim = match obj.pointer("/spec/claimRef") {
+                Some(c) if c.is_object() => format!("{}/{}", s(c, "/namespace"), s(c, "/name")),
+                _ => String::new(),
+            };
+            vec![
+                name,
+                json!(s(obj, "/spec/capacity/storage")),
+                json!(access_modes(list(obj, "/spec/accessModes"))),
+                json!(s(obj, "/spec/persistentVolumeReclaimPolicy")),
+                json!(s(obj, "/status/phase")),
+                json!(claim),
+                json!(s(obj, "/spec/storageClassName")),
+                json!(or_unset(s(obj, "/spec/volumeAttributesClassName"))),
+                json!(s(obj, "/status/reason")),
+                age(),
+                json!(or_none(s(obj, "/spec/volumeMode"))),
+            ]
+        }
+        ("", "ResourceQuota") => {
+            let (mut requests, mut limits) = (Vec::new(), Vec::new());
+            if let Some(hard) = obj.pointer("/status/hard").and_then(Value::as_object) {
+                let mut keys: Vec<&String> = hard.keys().collect();
+                keys.sort();
+                for k in keys {
+                    let used = obj.pointer("/status/used").and_then(|u| u.get(k.as_str())).and_then(Value::as_str);
+                    let entry = format!(
+                        "{k}: {}/{}",
+                        used.unwrap_or("0"),
+                        hard.get(k.as_str()).and_then(Value::as_str).unwrap_or("")
+                    );
+                    if k.starts_with("limits.") {
+                        limits.push(entry);
+                    } else {
+                        requests.push(entry);
+                    }
+                }
+            }
+            vec![name, age(), json!(requests.join(", ")), json!(limits.join(", "))]
+        }
+        ("", "PodTemplate") => {
+            let (containers, images) = containers_and_images(obj, "/template/spec/containers");
+            vec![name, json!(containers), json!(images), json!(format_labels(obj.pointer("/template/metadata/labels")))]
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            let ports: Vec<String> = list(obj, "/ports")
+                .iter()
+                .map(|p| {
+                    p.get("port").and_then(Value::as_i64).map(|n| n.to_string()).unwrap_or_else(|| "<unset>".into())
+                })
+                .collect();
+            let addrs: Vec<String> = list(obj, "/endpoints")
+                .iter()
+                .flat_map(|e| {
+                    list(e, "/addresses").iter().filter_map(Value::as_str).map(str::to_string).collect::<Vec<_>>()
+                })
+                .collect();
+            let shown = if addrs.len() > 3 {
+                format!("{} + {} more...", addrs[..3].join(","), addrs.len() - 3)
+            } else {
+                addrs.join(",")
+            };
+            vec![
+                name,
+                json!(s(obj, "/addressType")),
+                json!(if ports.is_empty() { "<unset>".to_string() } else { ports.join(",") }),
+                json!(if shown.is_empty() { "<unset>".to_string() } else { shown }),
+                age(),
+            ]
+        }
+        ("networking.k8s.io", "Ingress") => {
+            let hosts: Vec<&str> =
+                list(obj, "/spec/rules").iter().filter_map(|r| r.get("host").and_then(Value::as_str)).collect();
+            let addresses: Vec<&str> = list(obj, "/status/loadBalancer/ingress")
+                .iter()
+                .filter_map(|a| a.get("ip").or_else(|| a.get("hostname")).and_then(Value::as_str))
+                .collect();
+            let ports = if list(obj, "/spec/tls").is_empty() { "80" } else { "80, 443" };
+            vec![
+                name,
+                json!(or_none(s(obj, "/spec/ingressClassName"))),
+                json!(if hosts.is_empty() { "*".to_string() } else { hosts.join(",") }),
+                json!(addresses.join(",")),
+                json!(ports),
+                age(),
+            ]
+        }
+        ("networking.k8s.io", "NetworkPolicy") => {
+            let sel = selector_string(obj.pointer("/spec/podSelector"));
+            vec![name, json!(if sel.is_empty() || sel == "<none>" { "<none>".to_string() } else { sel }), age()]
+        }
         ("batch", "Job") => job_cells(obj, now),
         ("", "Service") => service_cells(obj, now),
         ("", "Endpoints") => vec![name, json!(format_endpoints(obj)), age()],
@@ -550,6 +946,25 @@ pub fn row_conditions(api_version: &str, kind: &str, obj: &Value) -> Vec<Value> 
         }
         _ => Vec::new(),
     }
+}
+
+fn access_modes(modes: &[Value]) -> String {
+    let short: Vec<&str> = modes
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|m| match m {
+            "ReadWriteOnce" => "RWO",
+            "ReadOnlyMany" => "ROX",
+            "ReadWriteMany" => "RWX",
+            "ReadWriteOncePod" => "RWOP",
+            other => other,
+        })
+        .collect();
+    short.join(",")
+}
+
+fn or_unset(v: &str) -> String {
+    if v.is_empty() { "<unset>".to_string() } else { v.to_string() }
 }
 
 fn containers_and_images(obj: &Value, pointer: &str) -> (String, String) {
@@ -1047,6 +1462,17 @@ mod tests {
             ("apps/v1", "StatefulSet"),
             ("apps/v1", "DaemonSet"),
             ("batch/v1", "Job"),
+            ("batch/v1", "CronJob"),
+            ("apps/v1", "ControllerRevision"),
+            ("policy/v1", "PodDisruptionBudget"),
+            ("scheduling.k8s.io/v1", "PriorityClass"),
+            ("v1", "PersistentVolumeClaim"),
+            ("v1", "PersistentVolume"),
+            ("v1", "ResourceQuota"),
+            ("v1", "PodTemplate"),
+            ("discovery.k8s.io/v1", "EndpointSlice"),
+            ("networking.k8s.io/v1", "Ingress"),
+            ("networking.k8s.io/v1", "NetworkPolicy"),
             ("v1", "Service"),
             ("v1", "Endpoints"),
             ("v1", "Namespace"),

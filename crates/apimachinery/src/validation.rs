@@ -275,9 +275,147 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("", "Event") => validate_core_event(&mut e, obj),
         ("events.k8s.io", "Event") => validate_events_event(&mut e, obj),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => validate_crd(&mut e, obj, old),
+        ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut e, obj, old),
+        ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
+        ("batch", "CronJob") => validate_cron_job(&mut e, obj),
         _ => {}
     }
     e.0
+}
+
+/// The ObjectMeta checks alone (name syntax, namespace presence as `namespaced` says, labels,
+/// annotations, immutable uid/creationTimestamp on update): what custom resources get besides
+/// their schema.
+pub fn validate_metadata(obj: &Value, namespaced: bool, old: Option<&Value>) -> Vec<Cause> {
+    let mut e = Errs::default();
+    validate_object_meta(&mut e, "", "", obj, namespaced, old);
+    e.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// scheduling.k8s.io, policy, batch CronJob.
+
+/// The priority classes every cluster has (`scheduling.SystemPriorityClasses`): name and value.
+pub const SYSTEM_PRIORITY_CLASSES: &[(&str, i64)] =
+    &[("system-node-critical", 2_000_001_000), ("system-cluster-critical", 2_000_000_000)];
+
+/// The highest priority a user-defined PriorityClass may have.
+pub const HIGHEST_USER_DEFINABLE_PRIORITY: i64 = 1_000_000_000;
+
+fn validate_priority_class(e: &mut Errs, o: &Value, old: Option<&Value>) {
+    let name = o.get("metadata").map(|m| s(m, "name")).unwrap_or("");
+    let value = o.get("value").and_then(Value::as_i64).unwrap_or(0);
+    if name.starts_with("system-") {
+        match SYSTEM_PRIORITY_CLASSES.iter().find(|(n, _)| *n == name) {
+            None => e.forbidden(
+                "metadata.name",
+                "priority class names with 'system-' prefix are reserved for system use only",
+            ),
+            Some((_, v)) if *v != value => e.forbidden(
+                "metadata.name",
+                &format!("{name} is a system priority class with value {v} and may not be given another value"),
+            ),
+            Some(_) => {}
+        }
+    } else if value > HIGHEST_USER_DEFINABLE_PRIORITY {
+        e.forbidden(
+            "value",
+            &format!("maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"),
+        );
+    }
+    if let Some(p) = o.get("preemptionPolicy").filter(|p| !p.is_null())
+        && !matches!(p.as_str(), Some("Never" | "PreemptLowerPriority"))
+    {
+        e.not_supported("preemptionPolicy", p, &["Never", "PreemptLowerPriority"]);
+    }
+    if let Some(old) = old {
+        for f in ["value", "preemptionPolicy"] {
+            if old.get(f) != o.get(f) {
+                e.forbidden(f, "may not be changed in an update.");
+            }
+        }
+    }
+}
+
+fn validate_int_or_percent(e: &mut Errs, field: &str, v: Option<&Value>) {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return };
+    match percent_or_int(v) {
+        Err(msg) => e.invalid(field, v, &msg),
+        Ok((n, pct)) => {
+            if n < 0 {
+                e.invalid(field, v, "must be greater than or equal to 0");
+            }
+            if pct && n > 100 {
+                e.invalid(field, v, "must not be greater than 100%");
+            }
+        }
+    }
+}
+
+fn validate_pdb(e: &mut Errs, o: &Value) {
+    let Some(spec) = o.get("spec") else { return };
+    let min = spec.get("minAvailable").filter(|v| !v.is_null());
+    let max = spec.get("maxUnavailable").filter(|v| !v.is_null());
+    if min.is_some() && max.is_some() {
+        e.invalid_raw("spec", "\"object\"", "minAvailable and maxUnavailable cannot be both set");
+    }
+    validate_int_or_percent(e, "spec.minAvailable", min);
+    validate_int_or_percent(e, "spec.maxUnavailable", max);
+    if let Some(p) = spec.get("unhealthyPodEvictionPolicy").filter(|p| !p.is_null())
+        && !matches!(p.as_str(), Some("IfHealthyBudget" | "AlwaysAllow"))
+    {
+        e.not_supported("spec.unhealthyPodEvictionPolicy", p, &["AlwaysAllow", "IfHealthyBudget"]);
+    }
+    if let Some(sel) = spec.get("selector").filter(|s| s.is_object()) {
+        e.0.extend(validate_label_selector_value(sel, "spec.selector"));
+    }
+}
+
+/// Checks a `metav1.LabelSelector` (JSON) → causes under `path`.
+fn validate_label_selector_value(sel: &Value, path: &str) -> Vec<Cause> {
+    let mut e = Errs::default();
+    e.0.extend(validate_labels_at(sel.get("matchLabels"), &child(path, "matchLabels")));
+    for (i, r) in arr(sel, "matchExpressions").iter().enumerate() {
+        let p = index(&child(path, "matchExpressions"), i);
+        let op = s(r, "operator");
+        let values = arr(r, "values");
+        match op {
+            "In" | "NotIn" if values.is_empty() => {
+                e.required(&child(&p, "values"), "must be specified when `operator` is 'In' or 'NotIn'")
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                e.forbidden(&child(&p, "values"), "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            _ => e.invalid_str(&child(&p, "operator"), op, "not a valid selector operator"),
+        }
+    }
+    e.0
+}
+
+fn validate_cron_job(e: &mut Errs, o: &Value) {
+    let Some(spec) = o.get("spec") else {
+        e.required("spec.schedule", "");
+        return;
+    };
+    let schedule = s(spec, "schedule");
+    if schedule.is_empty() {
+        e.required("spec.schedule", "");
+    } else if !schedule.starts_with('@') && schedule.split_whitespace().count() != 5 {
+        e.invalid_str(
+            "spec.schedule",
+            schedule,
+            &format!("expected exactly 5 fields, found {}: {schedule}", schedule.split_whitespace().count()),
+        );
+    }
+    if let Some(p) = spec.get("concurrencyPolicy").filter(|p| !p.is_null())
+        && !matches!(p.as_str(), Some("Allow" | "Forbid" | "Replace"))
+    {
+        e.not_supported("spec.concurrencyPolicy", p, &["Allow", "Forbid", "Replace"]);
+    }
+    for f in ["successfulJobsHistoryLimit", "failedJobsHistoryLimit", "startingDeadlineSeconds"] {
+        e.non_negative(&format!("spec.{f}"), spec.get(f));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1881,5 +2019,49 @@ mod tests {
             None,
             &["metadata.name: Invalid value: \"widget.example.com\": must be spec.names.plural+\".\"+spec.group"],
         );
+    }
+
+    #[test]
+    fn priority_classes_reserve_the_system_prefix_and_cap_user_values() {
+        let pc = |name: &str, value: i64| json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value});
+        assert!(validate("scheduling.k8s.io/v1", "PriorityClass", &pc("high", 1000), None).is_empty());
+        assert!(
+            validate("scheduling.k8s.io/v1", "PriorityClass", &pc("system-node-critical", 2_000_001_000), None)
+                .is_empty()
+        );
+        let causes = validate("scheduling.k8s.io/v1", "PriorityClass", &pc("system-mine", 5), None);
+        assert_eq!(causes[0].field, "metadata.name");
+        let causes = validate("scheduling.k8s.io/v1", "PriorityClass", &pc("huge", 2_000_000_000), None);
+        assert_eq!(causes[0].field, "value");
+        let causes = validate("scheduling.k8s.io/v1", "PriorityClass", &pc("high", 1), Some(&pc("high", 2)));
+        assert_eq!(causes[0].message, "Forbidden: may not be changed in an update.");
+    }
+
+    #[test]
+    fn a_pdb_may_not_set_both_min_available_and_max_unavailable() {
+        let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "p", "namespace": "d"},
+            "spec": {"minAvailable": 1, "maxUnavailable": "150%"}});
+        let causes = validate("policy/v1", "PodDisruptionBudget", &pdb, None);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, vec!["spec", "spec.maxUnavailable"]);
+    }
+
+    #[test]
+    fn a_cron_job_needs_a_five_field_schedule() {
+        let cj = |sched: &str| {
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "d"},
+            "spec": {"schedule": sched, "jobTemplate": {"spec": {}}}})
+        };
+        assert!(validate("batch/v1", "CronJob", &cj("*/5 * * * *"), None).is_empty());
+        assert!(validate("batch/v1", "CronJob", &cj("@hourly"), None).is_empty());
+        assert_eq!(validate("batch/v1", "CronJob", &cj("* *"), None)[0].field, "spec.schedule");
+    }
+
+    #[test]
+    fn metadata_only_validation_follows_the_given_scope() {
+        let cr = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "Bad_Name"}});
+        let causes = validate_metadata(&cr, false, None);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "metadata.name");
     }
 }

@@ -1,6 +1,7 @@
 //! Conversion between the stored (internal) form and a resource's API version.
 //!
-//! Only one pair needs it: `events.k8s.io/v1` Events are stored as core `v1` Events, as in
+//! Custom resources are stored in their CRD's storage version and served in every version with
+//! only `apiVersion` rewritten ([`crate::crd`]). Among built-in types only one pair needs it: `events.k8s.io/v1` Events are stored as core `v1` Events, as in
 //! Kubernetes, so `kubectl get events` sees what controllers record through either API. Field
 //! mapping per `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go`.
 
@@ -39,6 +40,9 @@ fn is_events_v1(def: &ResourceDef) -> bool {
 
 /// Stored form → the resource's API version.
 pub fn to_external(def: &ResourceDef, obj: Value) -> Value {
+    if def.custom.is_some() {
+        return crate::crd::to_version(def, obj);
+    }
     if is_events_v1(def) {
         return rename(obj, false, "events.k8s.io/v1");
     }
@@ -47,6 +51,9 @@ pub fn to_external(def: &ResourceDef, obj: Value) -> Value {
 
 /// The resource's API version → stored form.
 pub fn to_internal(def: &ResourceDef, obj: Value) -> Value {
+    if def.custom.is_some() {
+        return crate::crd::to_storage(def, obj);
+    }
     if is_events_v1(def) {
         return rename(obj, true, "v1");
     }

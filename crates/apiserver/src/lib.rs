@@ -24,7 +24,9 @@
 
 pub mod admission;
 pub mod auth;
+pub mod bootstrap;
 pub mod convert;
+pub mod crd;
 pub mod discovery;
 pub mod join;
 pub mod machinery;
@@ -107,6 +109,9 @@ pub struct AppState {
 impl AppState {
     /// The watch cache of a resource.
     pub fn cache(&self, def: &ResourceDef) -> Result<&Arc<WatchCache>, ApiError> {
+        if let Some(custom) = def.custom {
+            return Ok(&custom.cache);
+        }
         self.caches.get(def.storage).ok_or_else(|| ApiError::internal(format!("no watch cache for {}", def.resource)))
     }
 }
@@ -284,6 +289,8 @@ impl ApiServer {
             virtuals,
         });
         bootstrap_namespaces(&state).await?;
+        bootstrap::priority_classes(&state).await?;
+        cache_tasks.push(tokio::spawn(crd::run(state.clone())));
         if let Some(rbac) = rbac {
             cache_tasks.push(tokio::spawn(security::feed(rbac, state.caches.clone())));
             security::bootstrap_policy(&state).await?;

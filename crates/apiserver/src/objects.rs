@@ -336,6 +336,35 @@ impl Objects {
         out
     }
 
+    /// PriorityClass admission: only one PriorityClass may have `globalDefault: true` (403
+    /// Forbidden otherwise, as Kubernetes' Priority admission plugin answers).
+    async fn check_global_default(&self, def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+        if def.group != "scheduling.k8s.io" || def.resource != "priorityclasses" {
+            return Ok(());
+        }
+        if obj.get("globalDefault").and_then(Value::as_bool) != Some(true) {
+            return Ok(());
+        }
+        let name = meta_str(obj, "name");
+        let listed = self.list_from_store(def, None, &ListOptions::default(), 0).await?;
+        if let Some(other) = listed
+            .items
+            .iter()
+            .find(|pc| pc.get("globalDefault").and_then(Value::as_bool) == Some(true) && meta_str(pc, "name") != name)
+        {
+            return Err(ApiError::forbidden(
+                def.group,
+                def.resource,
+                name,
+                &format!(
+                    "PriorityClass {} is already marked as default. Only one default can exist",
+                    meta_str(other, "name")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The object's current state in stored (internal) form, with its revision.
     pub async fn get_internal(
         &self,
@@ -429,7 +458,8 @@ impl Objects {
         }
         prepare_for_create(def, &mut obj);
         machinery::apply_defaults(&api_version, &kind, &mut obj);
-        let (mut obj, warnings) = typed_decode(&api_version, &kind, obj, raw, opts.field_validation)?;
+        let (mut obj, mut warnings) = typed_decode(&api_version, &kind, obj, raw, opts.field_validation)?;
+        custom_prune(def, &mut obj, opts.field_validation, &mut warnings)?;
         let name = meta_str(&obj, "name").to_string();
         let attrs = admission::Attributes {
             operation: Operation::Create,
@@ -442,11 +472,12 @@ impl Objects {
             dry_run: opts.dry_run,
         };
         self.admission.mutate(&attrs, &mut obj).await?;
-        let causes = machinery::validate(&api_version, &kind, &obj, None);
+        let causes = validate_object(def, &api_version, &kind, &obj, None);
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
         }
         self.admission.validate(&attrs, &obj).await?;
+        self.check_global_default(def, &obj).await?;
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
@@ -517,7 +548,8 @@ impl Objects {
             let api_version = new["apiVersion"].as_str().unwrap_or_default().to_string();
             let kind = new["kind"].as_str().unwrap_or_default().to_string();
             machinery::apply_defaults(&api_version, &kind, &mut new);
-            let (mut new, warnings) = typed_decode(&api_version, &kind, new, raw, opts.field_validation)?;
+            let (mut new, mut warnings) = typed_decode(&api_version, &kind, new, raw, opts.field_validation)?;
+            custom_prune(def, &mut new, opts.field_validation, &mut warnings)?;
             if def.generation {
                 let old_gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
                 let generation = if spec_part(&old) != spec_part(&new) { old_gen + 1 } else { old_gen };
@@ -536,12 +568,13 @@ impl Objects {
             self.admission.mutate(&attrs, &mut new).await?;
             // A binding changes only spec.nodeName, which pod update validation forbids.
             if subresource != Some("binding") {
-                let causes = machinery::validate(&api_version, &kind, &new, Some(&old));
+                let causes = validate_object(def, &api_version, &kind, &new, Some(&old));
                 if !causes.is_empty() {
                     return Err(ApiError::invalid(def.group, def.kind, name, causes));
                 }
             }
             self.admission.validate(&attrs, &new).await?;
+            self.check_global_default(def, &new).await?;
             // An object being deleted whose last finalizer was just removed is removed.
             let grace = new["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
             if has_deletion_timestamp(&new)
@@ -664,6 +697,13 @@ impl Objects {
                         }],
                     ));
                 }
+            }
+            if def.group == "apiextensions.k8s.io"
+                && def.resource == "customresourcedefinitions"
+                && !fins.iter().any(|f| f == crate::crd::CLEANUP_FINALIZER)
+                && !has_deletion_timestamp(&old)
+            {
+                fins.push(crate::crd::CLEANUP_FINALIZER.to_string());
             }
             let grace = graceful_period(def, &old, opts.grace_period_seconds);
             let ns_pending = def.resource == "namespaces" && def.group.is_empty() && namespace_spec_finalizers(&old);
@@ -818,12 +858,66 @@ fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
         ("", "services") => {
             set_in(obj, &["status"], json!({"loadBalancer": {}}));
         }
-        ("apps", "deployments") | ("apps", "replicasets") => {
+        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => {
+            set_in(obj, &["status"], json!({"phase": "Pending"}));
+        }
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
+        | ("", "replicationcontrollers" | "resourcequotas")
+        | ("batch", "jobs" | "cronjobs")
+        | ("policy", "poddisruptionbudgets")
+        | ("networking.k8s.io", "ingresses")
+        | ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            if let Some(m) = obj.as_object_mut() {
+                m.remove("status");
+            }
+        }
+        _ if def.custom.is_some() && def.has_status() => {
             if let Some(m) = obj.as_object_mut() {
                 m.remove("status");
             }
         }
         _ => {}
+    }
+}
+
+/// Custom resources: structural pruning and schema defaults; pruned fields are unknown fields
+/// for `fieldValidation` (Strict → 400, Warn → warnings).
+fn custom_prune(
+    def: &ResourceDef,
+    obj: &mut Value,
+    fv: FieldValidation,
+    warnings: &mut Vec<String>,
+) -> Result<(), ApiError> {
+    let Some(cr) = def.custom else { return Ok(()) };
+    let unknown = cr.prune_and_default(obj);
+    if unknown.is_empty() || fv == FieldValidation::Ignore {
+        return Ok(());
+    }
+    let problems: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+    if fv == FieldValidation::Strict {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            def.kind,
+            def.version,
+            def.kind,
+            problems.join(", ")
+        )));
+    }
+    warnings.extend(problems);
+    Ok(())
+}
+
+/// Validation: the CRD schema for custom resources, the kind's rules otherwise.
+fn validate_object(
+    def: &ResourceDef,
+    api_version: &str,
+    kind: &str,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Vec<skiff_apimachinery::status::Cause> {
+    match def.custom {
+        Some(cr) => cr.validate(def, obj, old),
+        None => machinery::validate(api_version, kind, obj, old),
     }
 }
 

@@ -5,6 +5,8 @@
 //! Mirrors what kube-apiserver installs for the same group-versions
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-types>).
 
+use std::sync::{Arc, RwLock};
+
 /// The verbs every stored resource supports.
 pub const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
@@ -53,6 +55,9 @@ pub struct ResourceDef {
     pub generation: bool,
     /// True when a PUT to a missing object creates it (Kubernetes' `AllowCreateOnUpdate`).
     pub create_on_update: bool,
+    /// For a resource served from a CustomResourceDefinition: its schema, printer columns,
+    /// scale paths and watch cache ([`crate::crd`]); `None` for built-in types.
+    pub custom: Option<&'static crate::crd::CustomResource>,
 }
 
 impl ResourceDef {
@@ -119,6 +124,7 @@ const fn def(group: &'static str, resource: &'static str, singular: &'static str
         storage: resource,
         generation: false,
         create_on_update: false,
+        custom: None,
     }
 }
 
@@ -148,6 +154,16 @@ pub fn builtin() -> Vec<ResourceDef> {
     const DEPLOY_SUBS: &[Subresource] = &[scale(), status("Deployment")];
     const RS_SUBS: &[Subresource] = &[scale(), status("ReplicaSet")];
     const CRD_SUBS: &[Subresource] = &[status("CustomResourceDefinition")];
+    const STS_SUBS: &[Subresource] = &[scale(), status("StatefulSet")];
+    const DS_SUBS: &[Subresource] = &[status("DaemonSet")];
+    const RC_SUBS: &[Subresource] = &[scale(), status("ReplicationController")];
+    const JOB_SUBS: &[Subresource] = &[status("Job")];
+    const CJ_SUBS: &[Subresource] = &[status("CronJob")];
+    const PDB_SUBS: &[Subresource] = &[status("PodDisruptionBudget")];
+    const QUOTA_SUBS: &[Subresource] = &[status("ResourceQuota")];
+    const PVC_SUBS: &[Subresource] = &[status("PersistentVolumeClaim")];
+    const PV_SUBS: &[Subresource] = &[status("PersistentVolume")];
+    const ING_SUBS: &[Subresource] = &[status("Ingress")];
     const SA_SUBS: &[Subresource] = &[Subresource {
         name: "token",
         group: "authentication.k8s.io",
@@ -188,6 +204,32 @@ pub fn builtin() -> Vec<ResourceDef> {
             create_on_update: true,
             ..def("", "endpoints", "endpoints", "Endpoints")
         },
+        ResourceDef {
+            short_names: &["rc"],
+            categories: &["all"],
+            subresources: RC_SUBS,
+            storage: "controllers",
+            generation: true,
+            ..def("", "replicationcontrollers", "replicationcontroller", "ReplicationController")
+        },
+        ResourceDef { ..def("", "podtemplates", "podtemplate", "PodTemplate") },
+        ResourceDef { short_names: &["limits"], ..def("", "limitranges", "limitrange", "LimitRange") },
+        ResourceDef {
+            short_names: &["quota"],
+            subresources: QUOTA_SUBS,
+            ..def("", "resourcequotas", "resourcequota", "ResourceQuota")
+        },
+        ResourceDef {
+            short_names: &["pvc"],
+            subresources: PVC_SUBS,
+            ..def("", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim")
+        },
+        ResourceDef {
+            short_names: &["pv"],
+            namespaced: false,
+            subresources: PV_SUBS,
+            ..def("", "persistentvolumes", "persistentvolume", "PersistentVolume")
+        },
         ResourceDef { short_names: &["cm"], ..def("", "configmaps", "configmap", "ConfigMap") },
         ResourceDef { ..def("", "secrets", "secret", "Secret") },
         ResourceDef {
@@ -216,6 +258,59 @@ pub fn builtin() -> Vec<ResourceDef> {
             generation: true,
             ..def("apps", "replicasets", "replicaset", "ReplicaSet")
         },
+        ResourceDef {
+            short_names: &["sts"],
+            categories: &["all"],
+            subresources: STS_SUBS,
+            generation: true,
+            ..def("apps", "statefulsets", "statefulset", "StatefulSet")
+        },
+        ResourceDef {
+            short_names: &["ds"],
+            categories: &["all"],
+            subresources: DS_SUBS,
+            generation: true,
+            ..def("apps", "daemonsets", "daemonset", "DaemonSet")
+        },
+        ResourceDef { ..def("apps", "controllerrevisions", "controllerrevision", "ControllerRevision") },
+        ResourceDef {
+            categories: &["all"],
+            subresources: JOB_SUBS,
+            generation: true,
+            ..def("batch", "jobs", "job", "Job")
+        },
+        ResourceDef {
+            short_names: &["cj"],
+            categories: &["all"],
+            subresources: CJ_SUBS,
+            generation: true,
+            ..def("batch", "cronjobs", "cronjob", "CronJob")
+        },
+        ResourceDef {
+            short_names: &["pdb"],
+            subresources: PDB_SUBS,
+            generation: true,
+            ..def("policy", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget")
+        },
+        ResourceDef {
+            short_names: &["pc"],
+            namespaced: false,
+            ..def("scheduling.k8s.io", "priorityclasses", "priorityclass", "PriorityClass")
+        },
+        ResourceDef { ..def("discovery.k8s.io", "endpointslices", "endpointslice", "EndpointSlice") },
+        ResourceDef {
+            short_names: &["ing"],
+            subresources: ING_SUBS,
+            storage: "ingress",
+            generation: true,
+            ..def("networking.k8s.io", "ingresses", "ingress", "Ingress")
+        },
+        ResourceDef {
+            short_names: &["netpol"],
+            generation: true,
+            ..def("networking.k8s.io", "networkpolicies", "networkpolicy", "NetworkPolicy")
+        },
+        ResourceDef { namespaced: false, ..def("networking.k8s.io", "ingressclasses", "ingressclass", "IngressClass") },
         ResourceDef { create_on_update: true, ..def("coordination.k8s.io", "leases", "lease", "Lease") },
         ResourceDef { create_on_update: true, ..def("rbac.authorization.k8s.io", "roles", "role", "Role") },
         ResourceDef {
@@ -250,14 +345,46 @@ pub fn builtin() -> Vec<ResourceDef> {
 }
 
 /// The registry: every [`ResourceDef`], looked up by group/version/resource or kind.
+///
+/// Built-in types are fixed at start; resources of CustomResourceDefinitions come and go at run
+/// time ([`Registry::set_custom`]). Those definitions are leaked (`&'static`) so lookups can hand
+/// out plain references without holding a lock: the leak is bounded by the number of distinct
+/// CRD spec changes, a handful of kilobytes each.
 #[derive(Debug, Clone)]
 pub struct Registry {
     defs: Vec<ResourceDef>,
+    dynamic: Arc<RwLock<Vec<&'static ResourceDef>>>,
 }
 
 impl Default for Registry {
     fn default() -> Self {
-        Self { defs: builtin() }
+        Self { defs: builtin(), dynamic: Arc::default() }
+    }
+}
+
+/// Kubernetes' version priority (`version.CompareKubeAwareVersionStrings`): GA before beta
+/// before alpha, higher numbers first, anything else last in alphabetical order. Returns a key
+/// that sorts the preferred version first.
+pub fn version_priority(v: &str) -> (u8, i64, i64, String) {
+    let parse = |s: &str| -> Option<(i64, u8, i64)> {
+        let rest = s.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: i64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((major, 0, 0));
+        }
+        for (pre, rank) in [("beta", 1u8), ("alpha", 2u8)] {
+            if let Some(n) = tail.strip_prefix(pre) {
+                let n: i64 = n.parse().ok()?;
+                return Some((major, rank, n));
+            }
+        }
+        None
+    };
+    match parse(v) {
+        Some((major, rank, minor)) => (rank, -major, -minor, String::new()),
+        None => (3, 0, 0, v.to_string()),
     }
 }
 
@@ -269,25 +396,56 @@ impl Registry {
         self.defs.push(def);
     }
 
-    /// All resources.
+    /// Built-in resources (those fixed at start; not the custom ones).
     pub fn all(&self) -> &[ResourceDef] {
         &self.defs
     }
 
+    /// The resources currently served from CustomResourceDefinitions.
+    pub fn custom(&self) -> Vec<&'static ResourceDef> {
+        self.dynamic.read().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the served resources of the CRD `crd_name` with `defs` (empty: stops serving
+    /// it). Definitions equal to the ones already served are kept, so only real changes leak.
+    pub fn set_custom(&self, crd_name: &str, defs: Vec<ResourceDef>) {
+        let Ok(mut dynamic) = self.dynamic.write() else { return };
+        let of_crd = |d: &ResourceDef| d.custom.is_some_and(|c| c.crd_name == crd_name);
+        let unchanged = defs.len() == dynamic.iter().filter(|d| of_crd(d)).count()
+            && defs.iter().all(|n| dynamic.iter().any(|d| of_crd(d) && *d == n));
+        if unchanged {
+            return;
+        }
+        dynamic.retain(|d| !of_crd(d));
+        for def in defs {
+            dynamic.push(Box::leak(Box::new(def)));
+        }
+    }
+
     /// The resource `resource` in `group`/`version`.
     pub fn get(&self, group: &str, version: &str, resource: &str) -> Option<&ResourceDef> {
-        self.defs.iter().find(|d| d.group == group && d.version == version && d.resource == resource)
+        let found = self.defs.iter().find(|d| d.group == group && d.version == version && d.resource == resource);
+        found.or_else(|| {
+            let dynamic = self.dynamic.read().ok()?;
+            dynamic.iter().copied().find(|d| d.group == group && d.version == version && d.resource == resource)
+        })
     }
 
     /// The resource serving `kind` in `group`/`version`.
     pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<&ResourceDef> {
-        self.defs.iter().find(|d| d.group == group && d.version == version && d.kind == kind)
+        let found = self.defs.iter().find(|d| d.group == group && d.version == version && d.kind == kind);
+        found.or_else(|| {
+            let dynamic = self.dynamic.read().ok()?;
+            dynamic.iter().copied().find(|d| d.group == group && d.version == version && d.kind == kind)
+        })
     }
 
-    /// The API groups (not core), each with its versions, in registry order.
+    /// The API groups (not core), each with its versions (preferred first for custom groups),
+    /// in registry order.
     pub fn groups(&self) -> Vec<(&'static str, Vec<&'static str>)> {
         let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-        for d in &self.defs {
+        let custom = self.custom();
+        for d in self.defs.iter().chain(custom.iter().copied()) {
             if d.group.is_empty() {
                 continue;
             }
@@ -300,6 +458,9 @@ impl Registry {
                 None => out.push((d.group, vec![d.version])),
             }
         }
+        for (_, versions) in &mut out {
+            versions.sort_by_key(|v| version_priority(v));
+        }
         out
     }
 
@@ -309,7 +470,10 @@ impl Registry {
         group: &'a str,
         version: &'a str,
     ) -> impl Iterator<Item = &'a ResourceDef> + 'a {
-        self.defs.iter().filter(move |d| d.group == group && d.version == version)
+        let mut found: Vec<&'a ResourceDef> =
+            self.defs.iter().filter(|d| d.group == group && d.version == version).collect();
+        found.extend(self.custom().into_iter().filter(|d| d.group == group && d.version == version));
+        found.into_iter()
     }
 }
 

@@ -19,7 +19,8 @@ fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, Strin
 /// Round-trips `obj` through the k8s-openapi type of `api_version`/`kind`. `None` when skiff has
 /// no type for it (the object is then taken as is); `Some(Err(reason))` when it does not decode.
 pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> {
-    use k8s_openapi::api::{apps, autoscaling, coordination, core, events, policy, rbac};
+    use k8s_openapi::api::scheduling;
+    use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
         ("v1", "Namespace") => round_trip::<core::v1::Namespace>(obj),
@@ -35,6 +36,23 @@ pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Va
         ("events.k8s.io/v1", "Event") => round_trip::<events::v1::Event>(obj),
         ("apps/v1", "Deployment") => round_trip::<apps::v1::Deployment>(obj),
         ("apps/v1", "ReplicaSet") => round_trip::<apps::v1::ReplicaSet>(obj),
+        ("apps/v1", "StatefulSet") => round_trip::<apps::v1::StatefulSet>(obj),
+        ("apps/v1", "DaemonSet") => round_trip::<apps::v1::DaemonSet>(obj),
+        ("apps/v1", "ControllerRevision") => round_trip::<apps::v1::ControllerRevision>(obj),
+        ("v1", "ReplicationController") => round_trip::<core::v1::ReplicationController>(obj),
+        ("v1", "PodTemplate") => round_trip::<core::v1::PodTemplate>(obj),
+        ("v1", "LimitRange") => round_trip::<core::v1::LimitRange>(obj),
+        ("v1", "ResourceQuota") => round_trip::<core::v1::ResourceQuota>(obj),
+        ("v1", "PersistentVolumeClaim") => round_trip::<core::v1::PersistentVolumeClaim>(obj),
+        ("v1", "PersistentVolume") => round_trip::<core::v1::PersistentVolume>(obj),
+        ("batch/v1", "Job") => round_trip::<batch::v1::Job>(obj),
+        ("batch/v1", "CronJob") => round_trip::<batch::v1::CronJob>(obj),
+        ("policy/v1", "PodDisruptionBudget") => round_trip::<policy::v1::PodDisruptionBudget>(obj),
+        ("scheduling.k8s.io/v1", "PriorityClass") => round_trip::<scheduling::v1::PriorityClass>(obj),
+        ("discovery.k8s.io/v1", "EndpointSlice") => round_trip::<discovery::v1::EndpointSlice>(obj),
+        ("networking.k8s.io/v1", "Ingress") => round_trip::<networking::v1::Ingress>(obj),
+        ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<networking::v1::NetworkPolicy>(obj),
+        ("networking.k8s.io/v1", "IngressClass") => round_trip::<networking::v1::IngressClass>(obj),
         ("autoscaling/v1", "Scale") => round_trip::<autoscaling::v1::Scale>(obj),
         ("policy/v1", "Eviction") => round_trip::<policy::v1::Eviction>(obj),
         ("coordination.k8s.io/v1", "Lease") => round_trip::<coordination::v1::Lease>(obj),

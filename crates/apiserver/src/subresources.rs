@@ -17,6 +17,16 @@ use crate::util::{meta_str, set_in};
 /// (`metav1.FormatLabelSelector`), for `Scale.status.selector`.
 fn format_selector(sel: &Value) -> String {
     let mut parts = Vec::new();
+    if sel.get("matchLabels").is_none()
+        && sel.get("matchExpressions").is_none()
+        && let Some(m) = sel.as_object()
+    {
+        // A ReplicationController's selector is a plain label map.
+        for (k, v) in m {
+            parts.push(format!("{k}={}", v.as_str().unwrap_or("")));
+        }
+        return parts.join(",");
+    }
     if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
         for (k, v) in m {
             parts.push(format!("{k}={}", v.as_str().unwrap_or("")));
@@ -39,8 +49,12 @@ fn format_selector(sel: &Value) -> String {
     parts.join(",")
 }
 
-/// The `autoscaling/v1` Scale of a Deployment or ReplicaSet.
-pub fn scale_of(_def: &ResourceDef, obj: &Value) -> Value {
+/// The `autoscaling/v1` Scale of a Deployment, ReplicaSet, StatefulSet, ReplicationController
+/// or custom resource (from its CRD's scale paths).
+pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
+    if let Some(paths) = def.custom.and_then(|c| c.scale.as_ref()) {
+        return crate::crd::scale_of(def, paths, obj);
+    }
     let meta = &obj["metadata"];
     json!({
         "kind": "Scale",
@@ -92,7 +106,10 @@ where
                 ));
             }
             let mut new = old.clone();
-            set_in(&mut new, &["spec", "replicas"], json!(replicas));
+            match def.custom.and_then(|c| c.scale.as_ref()) {
+                Some(paths) => crate::crd::set_path(&mut new, &paths.spec_replicas, json!(replicas)),
+                None => set_in(&mut new, &["spec", "replicas"], json!(replicas)),
+            }
             let rv = meta_str(&scale, "resourceVersion").to_string();
             set_in(&mut new, &["metadata", "resourceVersion"], json!(rv));
             Ok(new)

@@ -1,5 +1,5 @@
 //! Server-side printing: `Accept: application/json;as=Table;g=meta.k8s.io;v=v1` turns objects
-//! into a `meta.k8s.io/v1` Table (<https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables>).
+//! into a `meta.k8s.io/v1` Table (custom resources: their CRD's `additionalPrinterColumns`) (<https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables>).
 
 use serde_json::{Value, json};
 
@@ -42,10 +42,14 @@ pub fn partial_metadata(obj: &Value) -> Value {
 pub fn to_table(def: &ResourceDef, objects: &[Value], list_meta: Value, include: IncludeObject) -> Value {
     let api_version = def.api_version();
     let now = std::time::SystemTime::now();
+    let cells = |o: &Value| match def.custom {
+        Some(cr) => cr.table_cells(o, now),
+        None => machinery::row_cells(&api_version, def.kind, o, now),
+    };
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": machinery::row_cells(&api_version, def.kind, o, now)});
+            let mut row = json!({"cells": cells(o)});
             let conditions = machinery::row_conditions(&api_version, def.kind, o);
             if !conditions.is_empty() {
                 row["conditions"] = Value::Array(conditions);
@@ -62,7 +66,10 @@ pub fn to_table(def: &ResourceDef, objects: &[Value], list_meta: Value, include:
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta,
-        "columnDefinitions": machinery::column_definitions(&api_version, def.kind),
+        "columnDefinitions": match def.custom {
+            Some(cr) => cr.table_columns(),
+            None => machinery::column_definitions(&api_version, def.kind),
+        },
         "rows": rows,
     })
 }

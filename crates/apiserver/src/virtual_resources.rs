@@ -73,6 +73,7 @@ const fn review(
         storage: "",
         generation: false,
         create_on_update: false,
+        custom: None,
     }
 }
 

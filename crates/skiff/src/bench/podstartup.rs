@@ -1,0 +1,328 @@
+//! `skiff bench podstartup`: pod startup latency on a real containerd, and memory per
+//! simulated node.
+//!
+//! Startup latency follows Kubernetes' pod startup SLI
+//! (<https://github.com/kubernetes/community/blob/master/sig-scalability/slos/pod_startup_latency.md>):
+//! from the create call to the first watch event showing the pod `Running`, for stateless pods
+//! whose image is already present (pulls excluded). A `skiff server` with its local node runs as
+//! a child process; `--pods` pods are created at once after one warm-up pod. Printed next to the
+//! SLO (p99 ≤ 5 s) and the target (p99 ≤ 2 s).
+//!
+//! Memory per simulated node is the resident-set growth of a `skiff server --disable-agent`
+//! process with `--simulated-nodes N` over the same server with none, measured in the same run,
+//! divided by N (it includes the Node and Lease objects the API server stores and caches).
+//!
+//! Needs root, containerd, runc, the CNI plugins and busybox-static (`scripts/install-deps`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+/// Options of `skiff bench podstartup`.
+#[derive(clap::Args, Debug)]
+pub struct PodStartupArgs {
+    /// Pods whose startup is measured (created together).
+    #[arg(long, default_value_t = 30)]
+    pub pods: usize,
+    /// Simulated nodes for the memory measurement (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    pub simulated_nodes: u32,
+    /// Directory with `busybox.tar` and `pause.tar`; built with `scripts/images/build.sh` (run
+    /// from the repository root) when not given.
+    #[arg(long)]
+    pub images: Option<PathBuf>,
+}
+
+/// A `skiff server` child process, stopped (and its node cleaned up) on drop.
+struct ServerProcess {
+    child: Child,
+    data_dir: PathBuf,
+    agent: bool,
+}
+
+impl ServerProcess {
+    fn start(dir: &Path, extra: &[&str], agent: bool) -> anyhow::Result<(ServerProcess, PathBuf)> {
+        let data_dir = dir.join("data");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::fs::File::create(dir.join("server.log"))?;
+        let child = Command::new(std::env::current_exe()?)
+            .args(["server", "--bind-address", "127.0.0.1", "--https-listen-port", &port.to_string()])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(if agent { None } else { Some("--disable-agent") })
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("starting skiff server")?;
+        let kubeconfig = data_dir.join("kubeconfig.yaml");
+        Ok((ServerProcess { child, data_dir, agent }, kubeconfig))
+    }
+
+    fn rss_kib(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("no VmRSS in /proc/PID/status")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if self.agent
+            && let Ok(exe) = std::env::current_exe()
+        {
+            let _ = Command::new(exe).args(["killall", "--data-dir"]).arg(&self.data_dir).status();
+        }
+    }
+}
+
+/// Polls `f` every 100 ms until it yields `Some`, for at most `secs`.
+async fn poll<T, F: std::future::Future<Output = Option<T>>>(
+    secs: u64,
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> anyhow::Result<T> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn client_for(kubeconfig: &Path) -> anyhow::Result<Client> {
+    poll(60, "the server's kubeconfig", || async { kubeconfig.exists().then_some(()) }).await?;
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    let client = Client::try_from(config)?;
+    let c = client.clone();
+    poll(60, "the API server to answer", || {
+        let c = c.clone();
+        async move { c.apiserver_version().await.ok() }
+    })
+    .await?;
+    Ok(client)
+}
+
+async fn ready_nodes(client: &Client) -> usize {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let Ok(list) = nodes.list(&ListParams::default()).await else { return 0 };
+    list.items
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count()
+}
+
+fn bench_pod(name: &str) -> Pod {
+    let mut pod = Pod {
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "sleep".into(),
+                image: Some("skiff.local/busybox:1.35".into()),
+                command: Some(vec!["sleep".into(), "3600".into()]),
+                ..Default::default()
+            }],
+            termination_grace_period_seconds: Some(0),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    pod.metadata.name = Some(name.to_string());
+    pod.metadata.labels = Some([("bench".to_string(), "podstartup".to_string())].into());
+    pod
+}
+
+/// The `q` quantile (nearest rank) of sorted `v`.
+fn quantile(v: &[Duration], q: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Creates `n` pods at once and returns each one's create → Running (watch) latency, sorted.
+async fn startup_latencies(client: &Client, prefix: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let cfg = watcher::Config::default().labels("bench=podstartup");
+    let mut stream = std::pin::pin!(watcher::watcher(pods.clone(), cfg));
+    // Wait for the watch to be established before creating anything.
+    while let Some(ev) = stream.try_next().await? {
+        if matches!(ev, watcher::Event::InitDone) {
+            break;
+        }
+    }
+    let creates = names.iter().map(|name| {
+        let pods = pods.clone();
+        let pod = bench_pod(name);
+        async move {
+            let t0 = Instant::now();
+            pods.create(&PostParams::default(), &pod).await.map(|_| (name.clone(), t0))
+        }
+    });
+    let create_all = futures::future::try_join_all(creates);
+    let mut running: std::collections::HashMap<String, Instant> = Default::default();
+    let observe = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        while running.len() < n {
+            let ev = match tokio::time::timeout_at(deadline, stream.try_next()).await {
+                Ok(r) => r?,
+                Err(_) => bail!("only {} of {n} pods Running after 300 s", running.len()),
+            };
+            if let Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && let Some(name) = p.metadata.name.clone()
+                && names.contains(&name)
+            {
+                running.entry(name).or_insert_with(Instant::now);
+            }
+        }
+        Ok::<(), anyhow::Error>(())
+    };
+    let (created, observed) = tokio::join!(create_all, observe);
+    observed?;
+    let created: std::collections::HashMap<String, Instant> = created?.into_iter().collect();
+    let mut out: Vec<Duration> =
+        running.iter().filter_map(|(name, at)| created.get(name).map(|t0| at.saturating_duration_since(*t0))).collect();
+    out.sort();
+    Ok(out)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn pod_startup(args: &PodStartupArgs, dir: &Path) -> anyhow::Result<()> {
+    let images = match &args.images {
+        Some(d) => d.clone(),
+        None => {
+            let out = dir.join("images");
+            let script = Path::new("scripts/images/build.sh");
+            if !script.exists() {
+                bail!("no --images DIR and no scripts/images/build.sh here: run from the repository root");
+            }
+            let built = Command::new("bash").arg(script).arg(&out).output()?;
+            if !built.status.success() {
+                bail!("building the test images: {}", String::from_utf8_lossy(&built.stderr));
+            }
+            out
+        }
+    };
+    let cidr = format!("10.42.{}.0/24", 100 + std::process::id() % 150);
+    let server_dir = dir.join("node");
+    std::fs::create_dir_all(&server_dir)?;
+    let (server, kubeconfig) = ServerProcess::start(&server_dir, &["--cluster-cidr", &cidr], true)?;
+    let client = client_for(&kubeconfig).await?;
+    poll(120, "the local node to be Ready", || async { (ready_nodes(&client).await >= 1).then_some(()) }).await?;
+    let import = Command::new(std::env::current_exe()?)
+        .args(["images", "import", "--data-dir"])
+        .arg(&server.data_dir)
+        .arg(images.join("busybox.tar"))
+        .arg(images.join("pause.tar"))
+        .output()?;
+    if !import.status.success() {
+        bail!("skiff images import: {}", String::from_utf8_lossy(&import.stderr));
+    }
+    // The first pod pays one-time costs (sandbox image unpack, cgroup setup): not measured.
+    let warmup = startup_latencies(&client, "warmup", 1).await?;
+    let lat = startup_latencies(&client, "pod", args.pods).await?;
+    let (p50, p99) = (quantile(&lat, 0.5), quantile(&lat, 0.99));
+    println!(
+        "pod startup latency (create → Running seen by a watch), {} pods created at once, real containerd:",
+        lat.len()
+    );
+    println!("  warm-up pod      {}", ms(warmup.first().copied().unwrap_or_default()));
+    println!("  p50              {}", ms(p50));
+    println!("  p99              {}", ms(p99));
+    println!("  max              {}", ms(lat.last().copied().unwrap_or_default()));
+    println!(
+        "  p99 / target 2 s = {:.2}; p99 / Kubernetes SLO 5 s = {:.2}",
+        p99.as_secs_f64() / 2.0,
+        p99.as_secs_f64() / 5.0
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let _ = pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("bench=podstartup")).await;
+    drop(server);
+    Ok(())
+}
+
+async fn simulated_node_memory(n: u32, dir: &Path) -> anyhow::Result<()> {
+    let mut rss = Vec::new();
+    for count in [0, n] {
+        let sub = dir.join(format!("sim-{count}"));
+        std::fs::create_dir_all(&sub)?;
+        let (server, kubeconfig) = ServerProcess::start(&sub, &["--simulated-nodes", &count.to_string()], false)?;
+        let client = client_for(&kubeconfig).await?;
+        poll(300, "the simulated nodes to be Ready", || async {
+            (ready_nodes(&client).await >= count as usize).then_some(())
+        })
+        .await?;
+        // Let the first heartbeats and status updates settle.
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        rss.push(server.rss_kib()?);
+        drop(server);
+    }
+    let (base, with) = (rss[0], rss[1]);
+    let per_node = (with.saturating_sub(base)) as f64 / f64::from(n.max(1));
+    println!("memory per simulated node (server RSS with {n} simulated nodes minus with none, same run):");
+    println!("  baseline (0 nodes)  {:.1} MiB", base as f64 / 1024.0);
+    println!("  with {n:>5} nodes    {:.1} MiB", with as f64 / 1024.0);
+    println!("  per node            {per_node:.1} KiB (5,000 nodes ≈ {:.0} MiB)", per_node * 5000.0 / 1024.0);
+    Ok(())
+}
+
+/// Runs the benchmark and prints its figures.
+///
+/// # Errors
+/// When the server, the runtime or the images are unavailable, or pods do not start in 300 s.
+pub async fn run(args: PodStartupArgs) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("skiff-bench-podstartup").tempdir()?;
+    if args.pods > 0 {
+        pod_startup(&args, dir.path()).await?;
+    }
+    if args.simulated_nodes > 0 {
+        simulated_node_memory(args.simulated_nodes, dir.path()).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_use_the_nearest_rank() {
+        let v: Vec<Duration> = (1..=30).map(Duration::from_millis).collect();
+        assert_eq!(quantile(&v, 0.5), Duration::from_millis(15));
+        assert_eq!(quantile(&v, 0.99), Duration::from_millis(30));
+        assert_eq!(quantile(&[], 0.5), Duration::ZERO);
+    }
+}

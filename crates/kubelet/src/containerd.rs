@@ -238,6 +238,7 @@ impl ManagedContainerd {
     /// log).
     pub async fn start(config: ContainerdConfig) -> Result<Self, Error> {
         config.write_files()?;
+        remove_stale_bridge(&config.bridge_name, &config.pod_cidr).await;
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
         let socket = config.paths.socket();
@@ -366,6 +367,49 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// The gateway address the CNI bridge plugin gives the bridge for `pod_cidr`: the first
+/// host address with the CIDR's prefix (`10.42.0.0/24` → `10.42.0.1/24`).
+pub fn bridge_gateway(pod_cidr: &str) -> Option<String> {
+    let (addr, prefix) = pod_cidr.split_once('/')?;
+    let addr: std::net::Ipv4Addr = addr.parse().ok()?;
+    let prefix: u32 = prefix.parse().ok().filter(|p| *p <= 30)?;
+    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    Some(format!("{}/{prefix}", std::net::Ipv4Addr::from((u32::from(addr) & mask) + 1)))
+}
+
+/// The IPv4 addresses (`ADDRESS/PREFIX`) in `ip -j -4 addr show` output.
+fn ipv4_addresses(ip_json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(ip_json).unwrap_or_default();
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| Some(format!("{}/{}", a["local"].as_str()?, a["prefixlen"].as_u64()?)))
+        .collect()
+}
+
+/// Deletes the node's bridge when it carries an IPv4 address other than the gateway of
+/// `pod_cidr`: left by an earlier configuration of this host (another pod CIDR), it would make
+/// every RunPodSandbox fail with the bridge plugin's "already has an IP address different
+/// from" error. The bridge plugin recreates it on the next sandbox. Returns whether it was
+/// deleted; a missing bridge or `ip` binary is not an error.
+pub async fn remove_stale_bridge(bridge: &str, pod_cidr: &str) -> bool {
+    let Some(gateway) = bridge_gateway(pod_cidr) else { return false };
+    let Ok(out) = tokio::process::Command::new("ip").args(["-j", "-4", "addr", "show", "dev", bridge]).output().await
+    else {
+        return false;
+    };
+    if !out.status.success() {
+        return false;
+    }
+    let addresses = ipv4_addresses(&String::from_utf8_lossy(&out.stdout));
+    if addresses.iter().all(|a| *a == gateway) {
+        return false;
+    }
+    tracing::warn!(bridge, ?addresses, expected = %gateway, "deleting a bridge left with another pod CIDR");
+    tokio::process::Command::new("ip").args(["link", "del", bridge]).status().await.is_ok_and(|s| s.success())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,5 +464,20 @@ mod tests {
         c.write_files().unwrap_or_else(|e| panic!("write_files: {e}"));
         assert!(c.paths.config_file().is_file());
         assert!(c.paths.cni_conf_dir().join("10-skiff.conflist").is_file());
+    }
+
+    #[test]
+    fn the_bridge_gateway_is_the_first_address_of_the_pod_cidr() {
+        assert_eq!(bridge_gateway("10.42.0.0/24").as_deref(), Some("10.42.0.1/24"));
+        assert_eq!(bridge_gateway("10.42.7.9/24").as_deref(), Some("10.42.7.1/24"));
+        assert_eq!(bridge_gateway("nonsense"), None);
+    }
+
+    #[test]
+    fn ip_json_output_gives_the_bridge_addresses() {
+        let json = r#"[{"ifindex":98,"ifname":"skiff0","addr_info":[{"family":"inet","local":"10.42.124.1","prefixlen":24}]}]"#;
+        assert_eq!(ipv4_addresses(json), ["10.42.124.1/24"]);
+        assert!(ipv4_addresses("[]").is_empty());
+        assert!(ipv4_addresses("not json").is_empty());
     }
 }

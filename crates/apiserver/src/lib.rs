@@ -28,6 +28,7 @@ pub mod bootstrap;
 pub mod convert;
 pub mod crd;
 pub mod discovery;
+pub mod flowcontrol;
 pub mod join;
 pub mod machinery;
 pub mod metrics;
@@ -141,6 +142,12 @@ pub struct Config {
     /// the RBAC objects, honours `Impersonate-*` headers and serves the access reviews. Replaces
     /// `authorizer` and wraps `authenticator`.
     pub rbac: bool,
+    /// `--max-requests-inflight`: read-only requests served at once before 429 (0: no limit;
+    /// see [`flowcontrol`]).
+    pub max_requests_inflight: usize,
+    /// `--max-mutating-requests-inflight`: mutating requests served at once before 429 (0: no
+    /// limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Config {
@@ -157,6 +164,8 @@ impl Config {
             admission: None,
             virtual_resources: Vec::new(),
             rbac: false,
+            max_requests_inflight: flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight: flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
         }
     }
 }
@@ -300,6 +309,12 @@ impl ApiServer {
             .fallback(fallback)
             .with_state(state.clone())
             .merge(join::router(&config.data_dir, &pki)?);
+        let limits = Arc::new(flowcontrol::MaxInFlight::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+            state.metrics.clone(),
+        ));
+        let router = router.layer(axum::middleware::from_fn_with_state(limits, flowcontrol::max_in_flight));
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
         Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })

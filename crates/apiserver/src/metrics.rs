@@ -1,5 +1,11 @@
 //! Prometheus metrics served at `/metrics`, named as kube-apiserver names them
 //! (<https://kubernetes.io/docs/reference/instrumentation/metrics/>).
+//!
+//! The API server registers its families in a [`SharedRegistry`]; the in-process components
+//! of `skiff server` (controller manager, scheduler) register theirs in the same one, so a
+//! single scrape of `/metrics` shows the whole control plane.
+
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -15,9 +21,31 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// A Prometheus [`Registry`] shared by the API server and in-process components. Cloning
+/// shares it. Families are registered once (registering one name twice would expose it
+/// twice); `/metrics` encodes everything registered so far.
+#[derive(Clone, Default)]
+pub struct SharedRegistry(Arc<Mutex<Registry>>);
+
+impl SharedRegistry {
+    /// Locks the registry, e.g. to register families: `registry.lock().register(…)`. Hold the
+    /// guard only for registering, never across an `.await`.
+    pub fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while registering leaves the registry usable: families are added whole.
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The Prometheus text exposition (format 0.0.4 compatible) of every registered metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = encode(&mut out, &self.lock());
+        out
+    }
+}
+
 /// Every metric of the API server.
 pub struct Metrics {
-    registry: Registry,
+    registry: SharedRegistry,
     /// `apiserver_request_total{verb,group,resource,subresource,code}`.
     pub requests: Family<Labels, Counter>,
     /// `apiserver_request_duration_seconds{verb,group,resource,subresource}` (watches excluded).
@@ -26,15 +54,31 @@ pub struct Metrics {
     pub watchers: Family<Labels, Gauge>,
     /// `etcd_request_duration_seconds{operation,type}`: store latency, whichever backend.
     pub store_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    /// `apiserver_current_inflight_requests{request_kind}`: seats in use of the max-in-flight
+    /// pools (`readOnly`, `mutating`).
+    pub inflight: Family<Labels, Gauge>,
+    /// `apiserver_dropped_requests_total{request_kind}`: requests refused with 429 by the
+    /// max-in-flight filter.
+    pub dropped: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
+        Self::new(SharedRegistry::default())
+    }
+}
+
+impl Metrics {
+    /// The API server's metric families, registered in `shared`.
+    pub fn new(shared: SharedRegistry) -> Self {
+        let mut guard = shared.lock();
+        let registry = &mut *guard;
         let requests = Family::<Labels, Counter>::default();
         let request_duration = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let watchers = Family::<Labels, Gauge>::default();
         let store_duration = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let inflight = Family::<Labels, Gauge>::default();
+        let dropped = Family::<Labels, Counter>::default();
         registry.register(
             "apiserver_request",
             "Counter of apiserver requests by verb, resource and HTTP code",
@@ -55,11 +99,25 @@ impl Default for Metrics {
             "Store request latency in seconds by operation and object type",
             store_duration.clone(),
         );
-        Self { registry, requests, request_duration, watchers, store_duration }
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Maximal number of currently used inflight request limit of this apiserver per request kind",
+            inflight.clone(),
+        );
+        registry.register(
+            "apiserver_dropped_requests",
+            "Number of requests dropped with 'Try again later' response",
+            dropped.clone(),
+        );
+        drop(guard);
+        Self { registry: shared, requests, request_duration, watchers, store_duration, inflight, dropped }
     }
-}
 
-impl Metrics {
+    /// The registry `/metrics` serves; components register their families here.
+    pub fn registry(&self) -> &SharedRegistry {
+        &self.registry
+    }
+
     /// Records one finished request.
     pub fn observe_request(
         &self,
@@ -95,11 +153,21 @@ impl Metrics {
         self.watchers.get_or_create(&labels).clone()
     }
 
+    /// The in-flight gauge of one request kind (`readOnly` or `mutating`).
+    pub fn inflight_gauge(&self, kind: &str) -> Gauge {
+        let labels: Labels = vec![("request_kind".into(), kind.into())];
+        self.inflight.get_or_create(&labels).clone()
+    }
+
+    /// Counts one request refused with 429.
+    pub fn observe_dropped(&self, kind: &str) {
+        let labels: Labels = vec![("request_kind".into(), kind.into())];
+        self.dropped.get_or_create(&labels).inc();
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let _ = encode(&mut out, &self.registry);
-        out
+        self.registry.encode()
     }
 }
 
@@ -120,5 +188,17 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("apiserver_request_duration_seconds_count"));
+    }
+
+    #[test]
+    fn families_registered_by_components_are_rendered_with_the_api_servers() {
+        let m = Metrics::default();
+        let reconciles = Counter::<u64>::default();
+        m.registry().lock().register("controller_reconcile", "Reconciles", reconciles.clone());
+        reconciles.inc();
+        m.observe_request("list", "", "pods", "", 200, Some(0.001));
+        let text = m.render();
+        assert!(text.contains("controller_reconcile_total 1"), "{text}");
+        assert!(text.contains("apiserver_request_total{verb=\"list\""), "{text}");
     }
 }

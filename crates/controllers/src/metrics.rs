@@ -1,7 +1,8 @@
 //! Per-controller metrics (prometheus-client), registered once and labelled by controller.
 //!
 //! Names follow Kubernetes' workqueue metrics (`workqueue_depth`, `workqueue_adds_total`,
-//! `workqueue_retries_total`, label `name`) and controller-runtime's reconcile metrics
+//! `workqueue_retries_total`, `workqueue_queue_duration_seconds`,
+//! `workqueue_work_duration_seconds`, label `name`) and controller-runtime's reconcile metrics
 //! (`controller_reconcile_total{controller,result}`, `controller_reconcile_errors_total`,
 //! `controller_reconcile_duration_seconds`), plus `controller_resource_version_conflicts_total`
 //! (reconciles that failed with a 409 Conflict: the "resource version conflict rate" of seed 000
@@ -14,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::workqueue::QueueMetrics;
+use crate::workqueue::{QueueMetrics, workqueue_duration_histogram};
 
 /// Label set `{controller="deployment"}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -55,6 +56,8 @@ pub struct ControllerMetrics {
     depth: Family<QueueLabel, Gauge>,
     adds: Family<QueueLabel, Counter>,
     retries: Family<QueueLabel, Counter>,
+    queue_duration: Family<QueueLabel, Histogram, fn() -> Histogram>,
+    work_duration: Family<QueueLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for ControllerMetrics {
@@ -67,6 +70,8 @@ impl Default for ControllerMetrics {
             depth: Family::default(),
             adds: Family::default(),
             retries: Family::default(),
+            queue_duration: Family::new_with_constructor(workqueue_duration_histogram),
+            work_duration: Family::new_with_constructor(workqueue_duration_histogram),
         }
     }
 }
@@ -89,6 +94,16 @@ impl ControllerMetrics {
         registry.register("workqueue_depth", "Current depth of the work queue", self.depth.clone());
         registry.register("workqueue_adds", "Adds handled by the work queue", self.adds.clone());
         registry.register("workqueue_retries", "Rate-limited retries handled by the work queue", self.retries.clone());
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in the work queue before being requested",
+            self.queue_duration.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from the work queue takes",
+            self.work_duration.clone(),
+        );
     }
 
     /// The handles one controller updates.
@@ -107,6 +122,8 @@ impl ControllerMetrics {
         let depth = self.depth.get_or_create(&q).clone();
         let adds = self.adds.get_or_create(&q).clone();
         let retries = self.retries.get_or_create(&q).clone();
+        let queue_duration = self.queue_duration.get_or_create(&q).clone();
+        let work_duration = self.work_duration.get_or_create(&q).clone();
         ControllerHandles {
             success,
             error,
@@ -114,7 +131,7 @@ impl ControllerMetrics {
             errors,
             conflicts,
             duration,
-            queue: QueueMetrics { depth, adds, retries },
+            queue: QueueMetrics { depth, adds, retries, queue_duration, work_duration },
         }
     }
 }
@@ -164,5 +181,6 @@ mod tests {
         assert!(out.contains("controller_resource_version_conflicts_total{controller=\"deployment\"} 1"), "{out}");
         assert!(out.contains("workqueue_depth{name=\"deployment\"} 3"), "{out}");
         assert!(out.contains("controller_reconcile_duration_seconds_count{controller=\"deployment\"} 1"), "{out}");
+        assert!(out.contains("workqueue_work_duration_seconds_count{name=\"deployment\"} 0"), "{out}");
     }
 }

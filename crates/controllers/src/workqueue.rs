@@ -23,6 +23,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -150,9 +151,10 @@ pub fn default_controller_rate_limiter<T: Eq + Hash + Clone + Send + 'static>() 
     ])
 }
 
-/// Metric handles a queue updates (`workqueue_depth`, `workqueue_adds_total`,
-/// `workqueue_retries_total`), labelled by the owner with the queue name.
-#[derive(Clone, Default)]
+/// Metric handles a queue updates, as client-go's workqueue names them (`workqueue_depth`,
+/// `workqueue_adds_total`, `workqueue_retries_total`, `workqueue_queue_duration_seconds`,
+/// `workqueue_work_duration_seconds`), labelled by the owner with the queue name.
+#[derive(Clone)]
 pub struct QueueMetrics {
     /// Current number of queued (ready) items.
     pub depth: Gauge,
@@ -160,6 +162,27 @@ pub struct QueueMetrics {
     pub adds: Counter,
     /// Rate-limited re-adds.
     pub retries: Counter,
+    /// Seconds an item waited in the queue (from its add to [`WorkQueue::get`]).
+    pub queue_duration: Histogram,
+    /// Seconds an item was processing (from [`WorkQueue::get`] to [`WorkQueue::done`]).
+    pub work_duration: Histogram,
+}
+
+/// client-go's workqueue histogram buckets: 10 ns × 10ⁿ up to 10 s.
+pub fn workqueue_duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 10))
+}
+
+impl Default for QueueMetrics {
+    fn default() -> Self {
+        Self {
+            depth: Gauge::default(),
+            adds: Counter::default(),
+            retries: Counter::default(),
+            queue_duration: workqueue_duration_histogram(),
+            work_duration: workqueue_duration_histogram(),
+        }
+    }
 }
 
 struct State<T> {
@@ -169,6 +192,10 @@ struct State<T> {
     /// Delayed items by (ready time, sequence), with an index from item to its entry.
     waiting: BTreeMap<(Instant, u64), T>,
     waiting_index: HashMap<T, (Instant, u64)>,
+    /// When each dirty item was added (for `workqueue_queue_duration_seconds`).
+    added_at: HashMap<T, Instant>,
+    /// When each processing item was handed out (for `workqueue_work_duration_seconds`).
+    started_at: HashMap<T, Instant>,
     seq: u64,
     shutting_down: bool,
 }
@@ -196,6 +223,8 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                 processing: HashSet::new(),
                 waiting: BTreeMap::new(),
                 waiting_index: HashMap::new(),
+                added_at: HashMap::new(),
+                started_at: HashMap::new(),
                 seq: 0,
                 shutting_down: false,
             }),
@@ -216,6 +245,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             return false;
         }
         self.metrics.adds.inc();
+        st.added_at.entry(item.clone()).or_insert_with(Instant::now);
         st.dirty.insert(item.clone());
         if st.processing.contains(&item) {
             return false;
@@ -307,6 +337,11 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
                 if let Some(item) = st.queue.pop_front() {
                     st.processing.insert(item.clone());
                     st.dirty.remove(&item);
+                    let now = Instant::now();
+                    if let Some(added) = st.added_at.remove(&item) {
+                        self.metrics.queue_duration.observe(now.duration_since(added).as_secs_f64());
+                    }
+                    st.started_at.insert(item.clone(), now);
                     self.metrics.depth.set(st.queue.len() as i64);
                     let more = !st.queue.is_empty();
                     drop(st);
@@ -340,6 +375,9 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
         let requeued = {
             let mut st = self.state.lock();
             st.processing.remove(item);
+            if let Some(started) = st.started_at.remove(item) {
+                self.metrics.work_duration.observe(started.elapsed().as_secs_f64());
+            }
             if st.dirty.contains(item) && !st.shutting_down {
                 st.queue.push_back(item.clone());
                 self.metrics.depth.set(st.queue.len() as i64);
@@ -372,6 +410,7 @@ impl<T: Eq + Hash + Clone + Send + Sync + 'static> WorkQueue<T> {
             st.queue.clear();
             st.waiting.clear();
             st.waiting_index.clear();
+            st.added_at.clear();
             self.metrics.depth.set(0);
         }
         self.notify.notify_waiters();
@@ -563,5 +602,27 @@ mod tests {
         q.add_rate_limited(a.clone());
         q.done(&a);
         assert_eq!(metrics.retries.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn queue_and_work_durations_are_observed_once_per_hand_out() {
+        let metrics = QueueMetrics::default();
+        let q = WorkQueue::<String>::new().with_metrics(metrics.clone());
+        q.add("a".into());
+        q.add("a".into());
+        let a = q.get().await.unwrap();
+        assert_eq!(histogram_count(&metrics.queue_duration), 1);
+        assert_eq!(histogram_count(&metrics.work_duration), 0);
+        q.done(&a);
+        assert_eq!(histogram_count(&metrics.work_duration), 1);
+    }
+
+    fn histogram_count(h: &Histogram) -> u64 {
+        use prometheus_client::encoding::text::encode;
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("h", "h", h.clone());
+        let mut out = String::new();
+        encode(&mut out, &registry).unwrap();
+        out.lines().find_map(|l| l.strip_prefix("h_count ")).and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
     }
 }

@@ -26,17 +26,23 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
 /// kube-controller-manager's role: Deployment, ReplicaSet, garbage collector, namespace,
 /// ServiceAccount and event TTL controllers (leader-elected).
 ///
-/// Its Prometheus metrics go to a registry of its own for now: the API server's `/metrics`
-/// does not yet take component registries.
+/// Its Prometheus metrics (reconciles, errors, durations, workqueue) are served on the API
+/// server's `/metrics`.
 async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
-    let mut registry = prometheus_client::registry::Registry::default();
     // On shutdown the controllers stop and the Lease is released, so a restarted server (or
     // another one on the same store) takes over at once instead of after the lease duration.
     let mut stop = ctx.shutdown.clone();
     let shutdown = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
-    skiff_controllers::run_controller_manager_until(ctx.client, Default::default(), &mut registry, shutdown).await
+    // Registration happens here, synchronously; the lock is released before the manager runs.
+    let manager = skiff_controllers::run_controller_manager_until(
+        ctx.client,
+        Default::default(),
+        &mut ctx.metrics.lock(),
+        shutdown,
+    );
+    manager.await
 }
 
 /// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).

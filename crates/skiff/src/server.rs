@@ -48,6 +48,14 @@ pub struct ServerArgs {
     /// disables compaction.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub etcd_compaction_interval: Duration,
+    /// Read-only requests the API server serves at once; beyond that it answers 429 (watches
+    /// and other long-running requests excluded; 0: no limit). kube-apiserver's flag.
+    #[arg(long, default_value_t = skiff_apiserver::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    pub max_requests_inflight: usize,
+    /// Mutating requests the API server serves at once; beyond that it answers 429 (0: no
+    /// limit). kube-apiserver's flag.
+    #[arg(long, default_value_t = skiff_apiserver::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    pub max_mutating_requests_inflight: usize,
     /// Pod network of the cluster (k3s's flag). The local node's pod CIDR is the first /24 of
     /// it (or the range itself when it is /24 or smaller).
     #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]
@@ -122,6 +130,9 @@ pub struct ComponentContext {
     pub ca_pem: String,
     /// Flips to `true` on shutdown; components should return soon after.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The API server's metrics registry: families registered here are served on its
+    /// `/metrics` next to the API server's own.
+    pub metrics: skiff_apiserver::metrics::SharedRegistry,
 }
 
 /// A component run inside `skiff server` once the API server is ready.
@@ -195,6 +206,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.kubeconfig_path = args.write_kubeconfig.clone();
     config.extra_sans = args.tls_san.clone();
     config.rbac = true;
+    config.max_requests_inflight = args.max_requests_inflight;
+    config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;
     api.wait_ready().await;
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, url = api.url(), "API server ready");
@@ -209,6 +222,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             data_dir: data_dir.clone(),
             ca_pem: api.pki().ca.cert_pem.clone(),
             shutdown: stop_rx.clone(),
+            metrics: api.state().metrics.registry().clone(),
         };
         tasks.push((
             name,

@@ -31,6 +31,7 @@ pub mod discovery;
 pub mod flowcontrol;
 pub mod join;
 pub mod machinery;
+pub mod managedfields;
 pub mod metrics;
 pub mod nonresource;
 pub mod objects;

@@ -62,6 +62,9 @@ pub struct WriteOptions {
     pub field_validation: FieldValidation,
     /// The requesting user, for admission (`None` for the server's own writes).
     pub user: Option<RequestUser>,
+    /// The field manager whose `Update` the write records in managedFields
+    /// ([`crate::managedfields::record_update`]); `None` records nothing.
+    pub field_manager: Option<String>,
 }
 
 /// A write's result.
@@ -478,6 +481,9 @@ impl Objects {
         }
         self.admission.validate(&attrs, &obj).await?;
         self.check_global_default(def, &obj).await?;
+        if let Some(manager) = &opts.field_manager {
+            crate::managedfields::record_update(def, None, manager, None, &mut obj);
+        }
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
@@ -575,6 +581,9 @@ impl Objects {
             }
             self.admission.validate(&attrs, &new).await?;
             self.check_global_default(def, &new).await?;
+            if let Some(manager) = &opts.field_manager {
+                crate::managedfields::record_update(def, subresource, manager, Some(&old), &mut new);
+            }
             // An object being deleted whose last finalizer was just removed is removed.
             let grace = new["metadata"]["deletionGracePeriodSeconds"].as_i64().unwrap_or(0);
             if has_deletion_timestamp(&new)

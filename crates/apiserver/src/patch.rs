@@ -1,5 +1,5 @@
-//! PATCH: JSON Patch (RFC 6902), JSON merge patch (RFC 7386), strategic merge patch, and a
-//! subset of server-side apply (<https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/>).
+//! PATCH: JSON Patch (RFC 6902), JSON merge patch (RFC 7386), strategic merge patch, and
+//! server-side apply (<https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/>).
 //!
 //! Every patch is applied to the current object inside the optimistic-concurrency loop of
 //! [`crate::objects::Objects::update`], so concurrent patches retry instead of conflicting.
@@ -13,6 +13,7 @@ use skiff_apimachinery::ApiError;
 
 use crate::AppState;
 use crate::machinery;
+use crate::managedfields;
 use crate::objects::WriteOptions;
 use crate::registry::ResourceDef;
 use crate::rest::{Output, Query, json_response, render_object};
@@ -114,7 +115,8 @@ pub async fn serve(
         if !sub.is_empty() && sub != "status" {
             return Err(ApiError::unsupported_media_type(format!("apply is not supported on {}/{sub}", def.resource)));
         }
-        return apply_patch(state, def, ns, name, sub, &patch, &manager, opts, out).await;
+        let force = q.get("force").is_some_and(|f| f == "true");
+        return apply_patch(state, def, ns, name, sub, &patch, &manager, force, opts, out).await;
     }
     let api_version = def.api_version();
     let raw = if pt == PatchType::Json { None } else { Some(body) };
@@ -147,10 +149,9 @@ pub async fn serve(
     }
 }
 
-/// A subset of server-side apply: the applied configuration is created when the object does
-/// not exist, else merged into it with strategic-merge semantics; the field manager gets a
-/// `managedFields` entry (operation Apply). Conflicts between managers are not detected and
-/// fields a manager stops applying are not removed.
+/// Server-side apply (`application/apply-patch+yaml`): creates the object from the applied
+/// configuration when it does not exist, else merges it into the live object with field
+/// ownership, conflicts and removal of fields no longer applied ([`crate::managedfields`]).
 #[allow(clippy::too_many_arguments)]
 async fn apply_patch(
     state: &Arc<AppState>,
@@ -160,146 +161,58 @@ async fn apply_patch(
     sub: &str,
     patch: &Value,
     manager: &str,
+    force: bool,
     opts: &WriteOptions,
     out: Output,
 ) -> Result<Response, ApiError> {
-    let api_version = def.api_version();
+    if !patch.is_object() {
+        return Err(ApiError::bad_request("an apply patch must be an object"));
+    }
     let body_name = meta_str(patch, "name");
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    let entry = |obj: &Value| {
-        let mut mf: Vec<Value> = obj["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
-        let subresource = if sub.is_empty() { None } else { Some(sub) };
-        mf.retain(|e| {
-            !(e["manager"] == manager && e["operation"] == "Apply" && e["subresource"].as_str() == subresource)
-        });
-        let mut e = json!({
-            "manager": manager, "operation": "Apply", "apiVersion": api_version, "time": crate::util::now(),
-            "fieldsType": "FieldsV1", "fieldsV1": fields_v1(patch),
-        });
-        if let Some(s) = subresource {
-            e["subresource"] = json!(s);
+    for field in ["apiVersion", "kind"] {
+        if patch.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
+            return Err(ApiError::bad_request(format!(
+                "invalid object type: {field} must be set in an apply configuration"
+            )));
         }
-        mf.push(e);
-        Value::Array(mf)
-    };
+    }
+    let mut applied = patch.clone();
+    if let Some(m) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
     let subr = if sub.is_empty() { None } else { Some(sub) };
-    let mut created = false;
+    let req = managedfields::ApplyRequest { manager, def, subresource: subr, force };
+    // The apply computes managedFields itself: the write must not record an Update too.
+    let write_opts = WriteOptions { field_manager: None, ..opts.clone() };
     let w = match state.objects.get_internal(def, ns, name).await? {
         None if sub.is_empty() => {
-            let mut obj = patch.clone();
-            let mf = entry(&obj);
-            crate::util::set_in(&mut obj, &["metadata", "managedFields"], mf);
-            crate::util::set_in(&mut obj, &["metadata", "name"], json!(name));
-            created = true;
-            state.objects.create(def, ns, obj, None, opts).await?
+            let mut skeleton =
+                json!({"apiVersion": applied["apiVersion"], "kind": applied["kind"], "metadata": {"name": name}});
+            if !ns.is_empty() {
+                skeleton["metadata"]["namespace"] = json!(ns);
+            }
+            let obj = managedfields::apply(&skeleton, &applied, req)?;
+            state.objects.create(def, ns, obj, None, &write_opts).await?
         }
         None => return Err(ApiError::not_found(def.group, def.resource, name)),
         Some(_) => {
             state
                 .objects
-                .update(def, ns, name, subr, opts, None, |old| {
+                .update(def, ns, name, subr, &write_opts, None, |old| {
                     let old = old.ok_or_else(|| ApiError::not_found(def.group, def.resource, name))?;
-                    let mut p = patch.clone();
-                    if let Some(m) = p.get_mut("metadata").and_then(Value::as_object_mut) {
-                        m.remove("resourceVersion");
-                    }
-                    let mut new = machinery::strategic_merge_patch(&api_version, def.kind, old, &p)?;
-                    // Fields this manager applied before but no longer applies are removed.
-                    let previous = old["metadata"]["managedFields"]
-                        .as_array()
-                        .and_then(|mf| {
-                            mf.iter().find(|e| {
-                                e["manager"] == manager
-                                    && e["operation"] == "Apply"
-                                    && e["subresource"].as_str() == subr
-                            })
-                        })
-                        .map(|e| e["fieldsV1"].clone());
-                    if let Some(previous) = previous {
-                        let now: std::collections::HashSet<Vec<String>> =
-                            leaf_paths(&fields_v1(patch)).into_iter().collect();
-                        for gone in leaf_paths(&previous).into_iter().filter(|p| !now.contains(p)) {
-                            remove_path(&mut new, &gone);
-                        }
-                    }
-                    let mf = entry(old);
-                    crate::util::set_in(&mut new, &["metadata", "managedFields"], mf);
-                    Ok(new)
+                    managedfields::apply(old, &applied, req)
                 })
                 .await?
         }
     };
-    let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok(json_response(code, &render_object(def, w.object, out)))
-}
-
-/// The leaf paths of a `FieldsV1` set (`{"f:spec":{"f:replicas":{}}}` → `[["spec","replicas"]]`).
-fn leaf_paths(fields: &Value) -> Vec<Vec<String>> {
-    fn walk(v: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-        let Some(m) = v.as_object() else { return };
-        let mut leaf = true;
-        for (k, child) in m {
-            let Some(name) = k.strip_prefix("f:") else { continue };
-            leaf = false;
-            prefix.push(name.to_string());
-            walk(child, prefix, out);
-            prefix.pop();
-        }
-        if leaf && !prefix.is_empty() {
-            out.push(prefix.clone());
-        }
-    }
-    let mut out = Vec::new();
-    walk(fields, &mut Vec::new(), &mut out);
-    out
-}
-
-/// Removes the field at `path` from `obj`, if present.
-fn remove_path(obj: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
-    let mut cur = obj;
-    for p in parents {
-        match cur.get_mut(p.as_str()) {
-            Some(next) => cur = next,
-            None => return,
-        }
-    }
-    if let Some(m) = cur.as_object_mut() {
-        m.remove(last.as_str());
-    }
-}
-
-/// The `FieldsV1` set of the fields an applied configuration names (`f:<name>` keys).
-fn fields_v1(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut out = serde_json::Map::new();
-            for (k, child) in m {
-                if k == "apiVersion" || k == "kind" {
-                    continue;
-                }
-                if k == "metadata" {
-                    let mut meta = serde_json::Map::new();
-                    for mk in ["labels", "annotations"] {
-                        if let Some(x) = child.get(mk) {
-                            meta.insert(format!("f:{mk}"), fields_v1(x));
-                        }
-                    }
-                    if !meta.is_empty() {
-                        out.insert("f:metadata".into(), Value::Object(meta));
-                    }
-                    continue;
-                }
-                out.insert(format!("f:{k}"), fields_v1(child));
-            }
-            Value::Object(out)
-        }
-        _ => json!({}),
-    }
 }
 
 #[cfg(test)]
@@ -319,20 +232,6 @@ mod tests {
         let orig = json!({"spec": {"replicas": 1}});
         let patch = json!([{"op": "test", "path": "/spec/replicas", "value": 2}]);
         assert_eq!(apply(PatchType::Json, "apps/v1", "Deployment", &orig, &patch).unwrap_err().code, 422);
-    }
-
-    #[test]
-    fn fields_a_manager_stops_applying_are_found_and_removed() {
-        let before = fields_v1(&json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"replicas": 2}}));
-        let after: std::collections::HashSet<Vec<String>> =
-            leaf_paths(&fields_v1(&json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 3}})))
-                .into_iter()
-                .collect();
-        let gone: Vec<Vec<String>> = leaf_paths(&before).into_iter().filter(|p| !after.contains(p)).collect();
-        assert_eq!(gone, vec![vec!["metadata".to_string(), "labels".to_string(), "b".to_string()]]);
-        let mut obj = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
-        remove_path(&mut obj, &gone[0]);
-        assert_eq!(obj, json!({"metadata": {"labels": {"a": "1"}}}));
     }
 
     #[test]

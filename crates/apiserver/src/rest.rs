@@ -291,11 +291,13 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<(Value, bool), ApiE
     }
 }
 
-fn write_options(q: &Query, user: &Option<RequestUser>) -> Result<WriteOptions, ApiError> {
+fn write_options(q: &Query, user: &Option<RequestUser>, headers: &HeaderMap) -> Result<WriteOptions, ApiError> {
+    let user_agent = headers.get(axum::http::header::USER_AGENT).and_then(|v| v.to_str().ok());
     Ok(WriteOptions {
         dry_run: dry_run(q)?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         user: user.clone(),
+        field_manager: crate::managedfields::manager_for_update(q.get("fieldManager").map(String::as_str), user_agent),
     })
 }
 
@@ -475,7 +477,7 @@ async fn dispatch(
         ("create", "") => {
             let bytes = read_body(body).await?;
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q, &user)?;
+            let opts = write_options(q, &user, &parts.headers)?;
             let w = state.objects.create(def, ns, obj, is_json.then_some(&bytes[..]), &opts).await?;
             let mut resp = json_response(StatusCode::CREATED, &render_object(def, w.object, out));
             add_warnings(&mut resp, &w.warnings);
@@ -484,7 +486,7 @@ async fn dispatch(
         ("create", "binding") | ("create", "eviction") => {
             let bytes = read_body(body).await?;
             let (obj, _) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q, &user)?;
+            let opts = write_options(q, &user, &parts.headers)?;
             let status = if sub == "binding" {
                 crate::subresources::bind(state, def, ns, name, obj, &opts).await?
             } else {
@@ -501,7 +503,7 @@ async fn dispatch(
                     "the name of the object ({body_name}) does not match the name on the URL ({name})"
                 )));
             }
-            let opts = write_options(q, &user)?;
+            let opts = write_options(q, &user, &parts.headers)?;
             let subr = if sub.is_empty() { None } else { Some(sub) };
             let w = state
                 .objects
@@ -515,14 +517,14 @@ async fn dispatch(
         ("update", "scale") => {
             let bytes = read_body(body).await?;
             let (scale, _) = decode_object(&parts.headers, &bytes)?;
-            let opts = write_options(q, &user)?;
+            let opts = write_options(q, &user, &parts.headers)?;
             let w = crate::subresources::update_scale(state, def, ns, name, &opts, |_| Ok(scale.clone())).await?;
             Ok(json_response(StatusCode::OK, &w))
         }
         ("patch", _) => {
             let bytes = read_body(body).await?;
             let ctype = content_type(&parts.headers);
-            let opts = write_options(q, &user)?;
+            let opts = write_options(q, &user, &parts.headers)?;
             crate::patch::serve(state, def, ns, name, sub, &ctype, &bytes, &opts, q, out).await
         }
         ("delete", "") => {

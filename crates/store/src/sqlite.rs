@@ -17,12 +17,13 @@
 //!   reads history from the database and switches to live delivery under the hub's lock.
 //!   Idle watchers get [`WatchResponse::Progress`] every [`Options::progress_interval`].
 //! - **Compaction**: `compact(C)` records `C` durably at once; the writer then deletes
-//!   superseded rows and tombstones at or below `C` a few hundred at a time between batches, so
-//!   writers wait at most one short chunk. A background policy compacts, every
+//!   superseded rows and tombstones at or below `C` in transactions of about a millisecond
+//!   between batches, pausing at least as long between them, so writers wait at most one short
+//!   chunk. A background policy compacts, every
 //!   [`Options::compaction_interval`], to the revision seen at the previous tick (like
 //!   kube-apiserver's `--etcd-compaction-interval`).
 //! - **Checkpointer thread**: copies the WAL into the database file with PASSIVE checkpoints
-//!   off the commit path.
+//!   off the commit path: when writes pause, or after about 32 MiB of writes while they flow.
 //!
 //! Durability: a write is acknowledged only after its transaction's WAL frames are fsynced, so
 //! acknowledged writes survive `kill -9` and power loss; SQLite's WAL recovery makes an
@@ -92,6 +93,8 @@ struct Stats {
     longest_chunk_micros: AtomicU64,
     checkpoints: AtomicU64,
     forced_checkpoints: AtomicU64,
+    /// About how many bytes were committed since the last background checkpoint.
+    wal_bytes: AtomicU64,
 }
 
 /// State shared by the backend handle, the writer thread and watch tasks.
@@ -911,6 +914,8 @@ mod tests {
         let mode: String = w.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).expect("journal_mode");
         let sync: i64 = w.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).expect("synchronous");
         assert_eq!((mode.as_str(), sync), ("wal", 2));
+        let page_size: i64 = w.conn.query_row("PRAGMA page_size", [], |r| r.get(0)).expect("page_size");
+        assert_eq!(page_size, schema::PAGE_SIZE);
     }
 
     #[test]

@@ -42,6 +42,13 @@ INSERT INTO meta (name, value) VALUES
     ('schema_version', 1), ('compacted', 0), ('compact_cursor', 0), ('opens', 0);
 ";
 
+/// Page size of a new database, in bytes. Smaller than SQLite's default 4096 because every
+/// write dirties a leaf page of the `(key, rev)` index at a place of its own, and a commit
+/// writes (and fsyncs) whole pages into the WAL: with 2 KiB pages a write of a typical 2 KiB
+/// object costs about 4.5 KiB of WAL instead of about 7 KiB (its row needs one overflow page
+/// either way). Existing databases keep the page size they were created with.
+pub(super) const PAGE_SIZE: i64 = 2048;
+
 /// How long any connection waits for a lock before failing. Only the writer thread writes, so
 /// waits are short (WAL recovery at open, a checkpoint's brief exclusive moments); a generous
 /// timeout means "database is locked" never reaches a caller.
@@ -142,7 +149,9 @@ fn create_new(path: &Path) -> Result<()> {
             &tmp,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        // Page-level settings must precede the first table.
+        // Page-level settings must precede the first table, and the page size must come first
+        // of all (setting the application id already fixes it).
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         conn.pragma_update(None, "application_id", APPLICATION_ID)?;
         configure_durable_connection(&conn)?;

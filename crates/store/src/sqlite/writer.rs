@@ -10,14 +10,20 @@
 //! exists, not found) is answered with its error and does not affect the rest of the batch; a
 //! database failure fails the whole batch, rolls the index back and reloads it from disk.
 //!
-//! Compaction runs on the same thread between batches, a few hundred history rows per short
-//! transaction, so writers wait at most one chunk and SQLite never reports "database is locked".
+//! A batch waits up to [`GATHER_WAIT`] for more writes only when the previous batch was large
+//! and this one is still much smaller (the writers just answered are sending their next
+//! writes); a lone writer never waits.
+//!
+//! Compaction runs on the same thread between batches in transactions bounded in time
+//! ([`COMPACTION_CHUNK_BUDGET`] of deletes, by revision, the table's primary key), each followed
+//! by a pause at least as long in which writes go first, so a write waits at most one short
+//! chunk and SQLite never reports "database is locked".
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -32,19 +38,35 @@ use crate::{Error, EventType, KeyValue, Result, Revision};
 pub(super) const MAX_BATCH_OPS: usize = 4096;
 /// At most about this many value bytes go into one transaction.
 pub(super) const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
-/// History rows examined by the first compaction transaction; later ones adapt their size so
-/// that each takes about [`COMPACTION_CHUNK_TARGET`].
-pub(super) const COMPACTION_CHUNK: usize = 256;
-/// How long one compaction transaction should hold the write lock.
-const COMPACTION_CHUNK_TARGET: Duration = Duration::from_millis(2);
+/// A batch this large or larger means many concurrent writers: the next batch waits up to
+/// [`GATHER_WAIT`] for about as many writes before it commits.
+const GATHER_MIN_BATCH: usize = 4;
+/// How long a batch waits for the writers answered by the previous commit to send their next
+/// writes: far less than one fsync, which it saves.
+const GATHER_WAIT: Duration = Duration::from_micros(500);
+/// At most this many history rows are examined by one compaction transaction.
+pub(super) const COMPACTION_CHUNK: usize = 1024;
+/// How long one compaction (or vacuum) transaction may spend deleting before it commits: with
+/// its commit, about the longest a write waits for compaction.
+const COMPACTION_CHUNK_BUDGET: Duration = Duration::from_millis(1);
+/// After a compaction or vacuum step that took `t`, the writer leaves the database to writes
+/// for at least `t` (capped at this) before the next step, so compaction uses at most about
+/// half of the writer's time and of the disk even when no write is waiting.
+const BACKGROUND_PAUSE_MAX: Duration = Duration::from_millis(5);
 /// How often the checkpointer thread copies new WAL frames into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
-/// WAL length (in 4 KiB frames, so 64 MiB) at which the writer finishes a checkpoint itself:
-/// the background checkpointer cannot reset a WAL that the writer never stops appending to.
-const WAL_FORCE_CHECKPOINT_FRAMES: i64 = 16 * 1024;
+/// WAL length at which the writer finishes a checkpoint itself: the background checkpointer
+/// cannot reset a WAL that the writer never stops appending to.
+const WAL_FORCE_CHECKPOINT_BYTES: i64 = 64 * 1024 * 1024;
+/// While writes keep coming, the checkpointer waits until about this many bytes were written
+/// since its last checkpoint: checkpointing every few batches copies the same hot pages (index
+/// pages, the newest table page) into the database file again and again, doubling the disk
+/// traffic of a write burst. When writes pause it checkpoints at once.
+const CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// Free pages kept for reuse after a compaction; beyond this the file is shrunk.
 const KEEP_FREE_PAGES: i64 = 2048;
-/// Pages returned to the file system per vacuum step (one step per writer loop iteration).
+/// Pages returned to the file system per vacuum step at most (one step per writer loop
+/// iteration); the step size adapts so that a step takes about [`COMPACTION_CHUNK_BUDGET`].
 const VACUUM_STEP_PAGES: i64 = 128;
 
 const INSERT: &str = "INSERT INTO kv (rev, key, create_rev, prev_rev, deleted, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
@@ -101,8 +123,13 @@ pub(super) struct Writer {
     checkpoint_tx: Option<std::sync::mpsc::SyncSender<()>>,
     /// A compaction finished: shrink the file, a step at a time.
     vacuum_pending: bool,
-    /// Rows per compaction transaction, adapted to [`COMPACTION_CHUNK_TARGET`].
-    chunk_rows: usize,
+    /// Writes in the last committed batch.
+    last_batch: usize,
+    /// Pages per vacuum step, adapted to [`COMPACTION_CHUNK_BUDGET`].
+    vacuum_pages: i64,
+    /// How long the last background step (compaction chunk, vacuum step) took: the writer
+    /// waits for writes at least that long before the next one.
+    background_pause: Duration,
 }
 
 /// Reads `meta.name`.
@@ -187,7 +214,9 @@ impl Writer {
             compaction_interval,
             checkpoint_tx: None,
             vacuum_pending: false,
-            chunk_rows: COMPACTION_CHUNK,
+            last_batch: 0,
+            vacuum_pages: 16,
+            background_pause: Duration::ZERO,
         })
     }
 
@@ -211,10 +240,11 @@ impl Writer {
                 || self.vacuum_pending
                 || self.shared.force_checkpoint.load(Ordering::Relaxed);
             let first = if background_work {
-                match rx.try_recv() {
+                // Pace background work: writes that arrive meanwhile go first.
+                match rx.recv_timeout(self.background_pause) {
                     Ok(r) => Some(r),
-                    Err(TryRecvError::Empty) => None,
-                    Err(TryRecvError::Disconnected) => break,
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
             } else if let Some(tick) = next_tick {
                 match rx.recv_timeout(tick.saturating_duration_since(Instant::now())) {
@@ -233,6 +263,7 @@ impl Writer {
                 let mut compacts = Vec::new();
                 let mut bytes = 0;
                 let mut next = Some(first);
+                let mut gather_until = None;
                 while let Some(req) = next.take() {
                     match req {
                         Request::Write { op, reply } => {
@@ -244,9 +275,20 @@ impl Writer {
                     if batch.len() >= MAX_BATCH_OPS || bytes >= MAX_BATCH_BYTES {
                         break;
                     }
-                    next = rx.try_recv().ok();
+                    next = match rx.try_recv() {
+                        Ok(r) => Some(r),
+                        // The callers answered after the previous commit are still sending
+                        // their next writes: wait a moment for them rather than pay a whole
+                        // fsync for a fraction of them (never when writes come one at a time).
+                        Err(_) if self.last_batch >= GATHER_MIN_BATCH && batch.len() < self.last_batch * 3 / 4 => {
+                            let until = *gather_until.get_or_insert_with(|| Instant::now() + GATHER_WAIT);
+                            rx.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
+                        }
+                        Err(_) => None,
+                    };
                 }
                 if !batch.is_empty() {
+                    self.last_batch = batch.len();
                     self.commit_batch(batch);
                 }
                 for (revision, reply) in compacts {
@@ -266,7 +308,7 @@ impl Writer {
                 next_tick = Some(Instant::now() + interval);
             }
             if self.compact_cursor < self.compacted {
-                if let Err(e) = self.compact_chunk_adaptive() {
+                if let Err(e) = self.compact_chunk(COMPACTION_CHUNK) {
                     tracing::warn!(error = %e, "compaction chunk failed; retrying later");
                     // Do not spin on a persistent failure.
                     std::thread::sleep(Duration::from_millis(50));
@@ -285,6 +327,8 @@ impl Writer {
         let mut events: Vec<PendingEvent> = Vec::with_capacity(batch.len());
         let mut results: Vec<Applied> = Vec::with_capacity(batch.len());
         let (ops, replies): (Vec<WriteOp>, Vec<_>) = batch.into_iter().unzip();
+        // Roughly what the batch adds to the WAL: its bytes plus a page per write for the key index.
+        let batch_bytes: usize = ops.iter().map(|op| op.bytes() + 1024).sum();
         let mut rev = self.current;
         let outcome = (|| -> rusqlite::Result<()> {
             self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
@@ -297,6 +341,7 @@ impl Writer {
         match outcome {
             Ok(()) => {
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.wal_bytes.fetch_add(batch_bytes as u64, Ordering::Relaxed);
                 self.shared.stats.writes.fetch_add((rev - self.current) as u64, Ordering::Relaxed);
                 self.current = rev;
                 self.shared.current_rev.store(rev, Ordering::SeqCst);
@@ -371,35 +416,48 @@ impl Writer {
         Ok(())
     }
 
-    /// One compaction transaction, sized from the previous ones' duration.
-    fn compact_chunk_adaptive(&mut self) -> Result<()> {
+    /// Runs `work` in one write transaction committed without waiting for an fsync (losing it
+    /// to a power cut is harmless: compaction and vacuum are redone from durable state; the
+    /// next durable commit covers it). Restores `synchronous=FULL` before returning and fails if
+    /// it cannot, so no write is ever acknowledged without a full sync. Records how long the
+    /// transaction held the write lock.
+    fn background_transaction<T>(&mut self, work: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = &self.conn;
         let started = Instant::now();
-        self.compact_chunk(self.chunk_rows)?;
-        let took = started.elapsed();
-        if took > COMPACTION_CHUNK_TARGET {
-            self.chunk_rows = (self.chunk_rows / 2).max(16);
-        } else if took < COMPACTION_CHUNK_TARGET / 2 {
-            self.chunk_rows = (self.chunk_rows * 2).min(4096);
+        let run = || -> rusqlite::Result<T> {
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            let out = work(conn)?;
+            conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(out)
+        };
+        let result = run();
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
         }
-        Ok(())
+        let restore = conn.pragma_update(None, "synchronous", "FULL");
+        let took = started.elapsed();
+        self.background_pause = took.min(BACKGROUND_PAUSE_MAX);
+        self.shared.stats.longest_chunk_micros.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+        let out = result.map_err(|e| internal(&self.path, e))?;
+        restore.map_err(|e| internal(&self.path, e))?;
+        Ok(out)
     }
 
-    /// Processes up to `chunk` history rows after the compaction cursor in one transaction.
+    /// Processes up to `chunk` history rows after the compaction cursor in one transaction, and
+    /// fewer when [`COMPACTION_CHUNK_BUDGET`] runs out first (at least one row per call).
     ///
     /// For each row `r` at or below the compacted revision `C`: the value it replaced
     /// (`prev_rev`) is superseded at `C` and is deleted; if `r` is a tombstone it is deleted too
     /// (the key does not exist at `C`; everything older of it is already gone because rows are
-    /// processed in revision order). Reads at revisions `>= C` and watches after `C` see the same
-    /// data before and after every chunk.
+    /// processed in revision order). Every delete is by revision (the table's primary key).
+    /// Reads at revisions `>= C` and watches after `C` see the same data before and after every
+    /// chunk.
     pub(super) fn compact_chunk(&mut self, chunk: usize) -> Result<()> {
         let target = self.compacted;
         let cursor = self.compact_cursor;
-        let conn = &self.conn;
-        let run = || -> rusqlite::Result<Revision> {
-            // Losing a chunk to a power cut is harmless (it is redone from the cursor), so the
-            // chunk commits without waiting for an fsync; the next durable commit covers it.
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        let new_cursor = self.background_transaction(|conn| {
+            let started = Instant::now();
             let rows: Vec<(Revision, Revision, bool)> = conn
                 .prepare_cached(
                     "SELECT rev, prev_rev, deleted FROM kv WHERE rev > ?1 AND rev <= ?2 ORDER BY rev LIMIT ?3",
@@ -407,31 +465,24 @@ impl Writer {
                 .query_map(params![cursor, target, chunk as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect::<rusqlite::Result<_>>()?;
             let mut delete = conn.prepare_cached("DELETE FROM kv WHERE rev = ?1")?;
-            for &(rev, prev_rev, deleted) in &rows {
+            let mut new_cursor = if rows.len() < chunk { target } else { rows.last().map_or(target, |r| r.0) };
+            for (i, &(rev, prev_rev, deleted)) in rows.iter().enumerate() {
                 if prev_rev > 0 {
                     delete.execute([prev_rev])?;
                 }
                 if deleted {
                     delete.execute([rev])?;
                 }
+                if i + 1 < rows.len() && started.elapsed() >= COMPACTION_CHUNK_BUDGET {
+                    new_cursor = rev;
+                    break;
+                }
             }
-            let new_cursor = if rows.len() < chunk { target } else { rows.last().map_or(target, |r| r.0) };
             set_meta(conn, "compact_cursor", new_cursor)?;
-            conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(new_cursor)
-        };
-        let started = Instant::now();
-        let result = run();
-        if !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        let restore = conn.pragma_update(None, "synchronous", "FULL");
-        let new_cursor = result.map_err(|e| internal(&self.path, e))?;
-        // Never acknowledge a write without a full sync: if FULL cannot be restored, stop.
-        restore.map_err(|e| internal(&self.path, e))?;
+        })?;
         self.compact_cursor = new_cursor;
         self.shared.stats.compaction_chunks.fetch_add(1, Ordering::Relaxed);
-        self.shared.stats.longest_chunk_micros.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.shared.stats.compact_cursor.store(new_cursor, Ordering::SeqCst);
         if new_cursor >= self.compacted {
             self.vacuum_pending = true;
@@ -439,30 +490,41 @@ impl Writer {
         Ok(())
     }
 
-    /// Returns up to [`VACUUM_STEP_PAGES`] free pages to the file system, if more than
-    /// [`KEEP_FREE_PAGES`] are free; clears `vacuum_pending` once there is nothing to do.
+    /// Returns some free pages to the file system, if more than [`KEEP_FREE_PAGES`] are free;
+    /// clears `vacuum_pending` once there is nothing to do. Each step is one short transaction
+    /// whose size adapts to [`COMPACTION_CHUNK_BUDGET`].
     fn vacuum_step(&mut self) {
-        let started = Instant::now();
-        let step = || -> rusqlite::Result<bool> {
-            let free: i64 = self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
-            if free <= KEEP_FREE_PAGES {
-                return Ok(false);
+        let free: i64 = match self.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read the free list size");
+                self.vacuum_pending = false;
+                return;
             }
-            let n = (free - KEEP_FREE_PAGES).min(VACUUM_STEP_PAGES);
+        };
+        if free <= KEEP_FREE_PAGES {
+            self.vacuum_pending = false;
+            return;
+        }
+        let n = (free - KEEP_FREE_PAGES).min(self.vacuum_pages);
+        let started = Instant::now();
+        let step = self.background_transaction(|conn| {
             // The pragma frees one page per step of its statement: run it to completion.
-            let mut stmt = self.conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+            let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
             let mut rows = stmt.query([])?;
             while rows.next()?.is_some() {}
-            Ok(true)
-        };
-        match step() {
-            Ok(more) => self.vacuum_pending = more,
-            Err(e) => {
-                tracing::debug!(error = %e, "incremental vacuum failed");
-                self.vacuum_pending = false;
-            }
+            Ok(())
+        });
+        let took = started.elapsed();
+        if took > COMPACTION_CHUNK_BUDGET {
+            self.vacuum_pages = (self.vacuum_pages / 2).max(1);
+        } else if took < COMPACTION_CHUNK_BUDGET / 2 {
+            self.vacuum_pages = (self.vacuum_pages * 2).min(VACUUM_STEP_PAGES);
         }
-        self.shared.stats.longest_chunk_micros.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        if let Err(e) = step {
+            tracing::debug!(error = %e, "incremental vacuum failed");
+            self.vacuum_pending = false;
+        }
     }
 
     fn maybe_checkpoint(&mut self) {
@@ -570,22 +632,32 @@ fn apply(
 /// frames into the database file without blocking the writer (a PASSIVE checkpoint takes no
 /// write lock). Ends when the writer drops `stop`'s sender.
 pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<Shared>) {
-    let mut seen = (u64::MAX, u64::MAX);
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096).max(512);
+    let force_frames = WAL_FORCE_CHECKPOINT_BYTES / page_size;
+    let mut seen_batches = u64::MAX;
+    let mut seen_chunks = u64::MAX;
     loop {
         match stop.recv_timeout(CHECKPOINT_EVERY) {
             Err(RecvTimeoutError::Disconnected) => break,
             Ok(()) | Err(RecvTimeoutError::Timeout) => {}
         }
-        let now =
-            (shared.stats.batches.load(Ordering::Relaxed), shared.stats.compaction_chunks.load(Ordering::Relaxed));
-        if now == seen {
+        let batches = shared.stats.batches.load(Ordering::Relaxed);
+        let chunks = shared.stats.compaction_chunks.load(Ordering::Relaxed);
+        let pending = shared.stats.wal_bytes.load(Ordering::Relaxed);
+        let writing = batches != seen_batches;
+        if !writing && chunks == seen_chunks {
             continue;
         }
-        seen = now;
+        seen_batches = batches;
+        seen_chunks = chunks;
+        if writing && pending < CHECKPOINT_BYTES {
+            continue;
+        }
+        shared.stats.wal_bytes.fetch_sub(pending, Ordering::Relaxed);
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1)) {
             Ok(log_frames) => {
                 shared.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-                if log_frames >= WAL_FORCE_CHECKPOINT_FRAMES {
+                if log_frames >= force_frames {
                     shared.force_checkpoint.store(true, Ordering::Relaxed);
                 }
             }

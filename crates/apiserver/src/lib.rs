@@ -23,7 +23,9 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admission;
+pub mod admission_chain;
 pub mod auth;
+pub mod authn;
 pub mod bootstrap;
 pub mod convert;
 pub mod crd;
@@ -149,6 +151,8 @@ pub struct Config {
     /// `--max-mutating-requests-inflight`: mutating requests served at once before 429 (0: no
     /// limit).
     pub max_mutating_requests_inflight: usize,
+    /// Authentication flags and the admission plug-ins used when `rbac` is on.
+    pub security: security::SecurityOptions,
 }
 
 impl Config {
@@ -167,6 +171,7 @@ impl Config {
             rbac: false,
             max_requests_inflight: flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight: flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            security: security::SecurityOptions::default(),
         }
     }
 }
@@ -228,13 +233,8 @@ impl ApiServer {
     /// system namespaces and starts serving HTTPS. Returns once the listener is bound; use
     /// [`ApiServer::wait_ready`] to wait for the caches.
     pub async fn start(mut config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
-        let rbac = config.rbac.then(|| Arc::new(skiff_auth::rbac::RbacAuthorizer::new()));
-        if let Some(rbac) = &rbac {
-            let inner = config.authenticator.take().unwrap_or_else(|| Arc::new(CertificateAuthenticator));
-            config.authenticator = Some(Arc::new(security::ImpersonatingAuthenticator { inner, rbac: rbac.clone() }));
-            config.authorizer = Some(Arc::new(security::RbacAdapter { rbac: rbac.clone() }));
-            config.virtual_resources.extend(security::review_resources(rbac));
-        }
+        let mut registry = Registry::default();
+        let security = if config.rbac { Some(security::install(&mut config, &mut registry)?) } else { None };
         let mut sans = pki::host_sans();
         if !config.bind_address.is_unspecified() {
             sans.push(config.bind_address.to_string());
@@ -262,7 +262,6 @@ impl ApiServer {
         pki.write_kubeconfig(&kubeconfig_path, &url)?;
 
         let metrics = Arc::new(Metrics::default());
-        let mut registry = Registry::default();
         let mut virtuals = HashMap::new();
         for v in &config.virtual_resources {
             if v.subresource.is_none() {
@@ -301,9 +300,8 @@ impl ApiServer {
         bootstrap_namespaces(&state).await?;
         bootstrap::priority_classes(&state).await?;
         cache_tasks.push(tokio::spawn(crd::run(state.clone())));
-        if let Some(rbac) = rbac {
-            cache_tasks.push(tokio::spawn(security::feed(rbac, state.caches.clone())));
-            security::bootstrap_policy(&state).await?;
+        if let Some(security) = security {
+            cache_tasks.extend(security.start(&state, &pki.ca.cert_pem).await?);
         }
 
         let router = axum::Router::new()

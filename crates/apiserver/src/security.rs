@@ -17,7 +17,9 @@ use skiff_auth::authn::impersonation;
 use skiff_auth::rbac::reviews::{self, AccessReviewKind};
 use skiff_auth::rbac::{self, RbacAuthorizer, RbacKind};
 
+use crate::admission_chain::ChainAdmission;
 use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
+use crate::authn::StateSlot;
 use crate::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
 use crate::watchcache::{CacheMsg, EventKind, Recv, WatchCache};
 
@@ -70,7 +72,7 @@ impl Authenticator for ImpersonatingAuthenticator {
     }
 
     fn authenticate_request(&self, parts: &Parts, peer: &PeerIdentity) -> Result<Option<RequestUser>, ApiError> {
-        let Some(user) = self.inner.authenticate(parts, peer) else { return Ok(None) };
+        let Some(user) = self.inner.authenticate_request(parts, peer)? else { return Ok(None) };
         if !impersonation::has_impersonation_headers(&parts.headers) {
             return Ok(Some(user));
         }
@@ -79,6 +81,92 @@ impl Authenticator for ImpersonatingAuthenticator {
             Some(u) => Ok(Some(RequestUser { name: u.name, groups: u.groups })),
             None => Ok(Some(user)),
         }
+    }
+}
+
+/// Settings of the security pipeline ([`crate::Config::security`]).
+#[derive(Debug, Clone)]
+pub struct SecurityOptions {
+    /// Authentication: token file, anonymous access, service-account tokens.
+    pub authn: crate::authn::AuthnOptions,
+    /// Run the built-in admission plugins ([`crate::admission_chain`]) unless
+    /// [`crate::Config::admission`] is set.
+    pub admission_plugins: bool,
+}
+
+impl Default for SecurityOptions {
+    fn default() -> Self {
+        Self { authn: crate::authn::AuthnOptions::default(), admission_plugins: true }
+    }
+}
+
+/// What [`install`] set up; [`Installed::start`] runs it once the server state exists.
+pub struct Installed {
+    rbac: Arc<RbacAuthorizer>,
+    slot: StateSlot,
+    admission: Option<Arc<ChainAdmission>>,
+}
+
+/// Installs the security pipeline into `config` (when `config.rbac` is on): authentication
+/// (client certificates, then `--token-auth-file` tokens and service-account tokens, then
+/// anonymous as `config.security.authn` says; a preset `config.authenticator` is kept instead),
+/// impersonation, RBAC authorization, the access reviews, TokenRequest/TokenReview, and the
+/// admission chain. Adds the resources admission needs to `registry` when missing.
+///
+/// # Errors
+/// An unreadable token file or service-account key.
+pub fn install(config: &mut crate::Config, registry: &mut crate::registry::Registry) -> anyhow::Result<Installed> {
+    let rbac = Arc::new(RbacAuthorizer::new());
+    let slot = StateSlot::default();
+    let inner: Arc<dyn Authenticator> = match config.authenticator.take() {
+        Some(a) => a,
+        None => {
+            let t = crate::authn::setup(&config.security.authn, &config.data_dir.join("tls"), &slot)?;
+            config.virtual_resources.extend(t.resources);
+            t.authenticator
+        }
+    };
+    config.authenticator = Some(Arc::new(ImpersonatingAuthenticator { inner, rbac: rbac.clone() }));
+    config.authorizer = Some(Arc::new(RbacAdapter { rbac: rbac.clone() }));
+    config.virtual_resources.extend(review_resources(&rbac));
+    let mut admission = None;
+    if config.admission.is_none() && config.security.admission_plugins {
+        for def in crate::admission_chain::resources() {
+            if registry.get(def.group, def.version, def.resource).is_none() {
+                registry.add(def);
+            }
+        }
+        let chain = Arc::new(ChainAdmission::new(slot.clone(), rbac.clone()));
+        config.admission = Some(chain.clone());
+        admission = Some(chain);
+    }
+    Ok(Installed { rbac, slot, admission })
+}
+
+impl Installed {
+    /// Connects the handlers to `state`, creates the bootstrap policy (and, with admission, the
+    /// system PriorityClasses and default ServiceAccounts), and starts the tasks that follow the
+    /// watch caches: the RBAC snapshot, ClusterRole aggregation, the webhook configurations, the
+    /// quota controller and the `kube-root-ca.crt` publisher (`ca_pem` is the cluster CA).
+    ///
+    /// # Errors
+    /// A bootstrap object cannot be created.
+    pub async fn start(
+        self,
+        state: &Arc<crate::AppState>,
+        ca_pem: &str,
+    ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+        self.slot.set(state);
+        let mut tasks = vec![tokio::spawn(feed(self.rbac.clone(), state.caches.clone()))];
+        bootstrap_policy(state).await?;
+        tasks.push(tokio::spawn(run_cluster_role_aggregation(self.rbac.clone(), state.clone())));
+        if let Some(chain) = self.admission {
+            crate::admission_chain::bootstrap(state).await?;
+            tasks.push(tokio::spawn(crate::admission_chain::feed_webhooks(chain.webhooks().clone(), state.clone())));
+            tasks.push(tokio::spawn(crate::admission_chain::run_quota_controller(state.clone())));
+            tasks.push(tokio::spawn(crate::admission_chain::run_root_ca_publisher(state.clone(), ca_pem.to_string())));
+        }
+        Ok(tasks)
     }
 }
 
@@ -224,6 +312,54 @@ pub async fn feed(rbac: Arc<RbacAuthorizer>, caches: HashMap<String, Arc<WatchCa
         }
         if !reload {
             return;
+        }
+    }
+}
+
+/// The ClusterRole aggregation controller (kube-controller-manager's `clusterrole-aggregation`,
+/// run inside the API server next to the RBAC snapshot it reads): whenever ClusterRoles change,
+/// writes into every ClusterRole with an `aggregationRule` the union of the rules of the
+/// ClusterRoles its selectors match ([`RbacAuthorizer::aggregation_updates`]). Runs until the
+/// server shuts down.
+pub async fn run_cluster_role_aggregation(rbac: Arc<RbacAuthorizer>, state: Arc<crate::AppState>) {
+    let Some(def) = state.registry.get(rbac::RBAC_GROUP, "v1", "clusterroles").cloned() else { return };
+    let Some(cache) = state.caches.get(def.storage).cloned() else { return };
+    let mut shutdown = state.shutdown.clone();
+    while !cache.is_ready() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut sub = cache.snapshot(cache.prefix()).subscription;
+    loop {
+        // The snapshot follows the same cache a moment later: let it catch up.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for role in rbac.aggregation_updates() {
+            let name = role.metadata.name.clone().unwrap_or_default();
+            let rules = serde_json::to_value(role.rules.clone().unwrap_or_default()).unwrap_or_default();
+            let r = state
+                .objects
+                .update(&def, "", &name, None, &Default::default(), None, |cur| {
+                    let mut cur =
+                        cur.cloned().ok_or_else(|| ApiError::not_found(rbac::RBAC_GROUP, "clusterroles", &name))?;
+                    cur["metadata"]["resourceVersion"] = Value::Null;
+                    cur["rules"] = rules.clone();
+                    Ok(cur)
+                })
+                .await;
+            match r {
+                Ok(_) => tracing::debug!(role = %name, "aggregated ClusterRole rules"),
+                Err(e) if e.code == 404 => {}
+                Err(e) => tracing::warn!(role = %name, error = %e, "writing aggregated ClusterRole rules"),
+            }
+        }
+        tokio::select! {
+            msg = sub.recv() => match msg {
+                Recv::Closed => return,
+                Recv::Lagged | Recv::Msg(CacheMsg::Reset) => sub = cache.snapshot(cache.prefix()).subscription,
+                Recv::Msg(_) => {}
+            },
+            // A periodic pass catches updates the snapshot had not seen yet.
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.changed() => return,
         }
     }
 }

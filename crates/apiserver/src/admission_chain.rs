@@ -1,0 +1,658 @@
+//! The admission chain of the running API server
+//! (<https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/>): the
+//! built-in plugins of `skiff-auth` in kube-apiserver's order behind the API server's
+//! [`Admission`] seam, fed from the watch caches.
+//!
+//! - mutating: NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
+//!   DefaultTolerationSeconds, MutatingAdmissionWebhook;
+//! - validating: RBAC escalation, NamespaceLifecycle, LimitRanger, PodSecurity, Priority,
+//!   ValidatingAdmissionWebhook, ResourceQuota.
+//!
+//! Requests of the API server itself (bootstrap, status maintenance: no user) are not admitted.
+//!
+//! ResourceQuota usage is kept right two ways, as in Kubernetes: admission-time accounting
+//! (a create is charged to every matching quota and the quotas' `status.used` is written with
+//! compare-and-swap *before* the object is persisted; a conflict re-reads the quota and
+//! charges again), and a quota controller ([`run_quota_controller`]) that recomputes
+//! `status.hard`/`status.used` from the watch caches whenever a quota or a counted object
+//! changes (so deletes release usage and new quotas get their first status).
+//!
+//! Watch caches lag the store by a moment: a namespace or service account created just before
+//! the request may not be cached yet, so a miss is checked against the store (and for the
+//! `default` service account of a brand-new namespace, which the serviceaccount controller is
+//! about to create, waited for up to [`SERVICE_ACCOUNT_WAIT`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use skiff_apimachinery::ApiError;
+use skiff_auth::UserInfo;
+use skiff_auth::admission::plugins::{
+    default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority, rbac_escalation,
+    resource_quota, service_account,
+};
+use skiff_auth::admission::webhook::{NoServices, WebhookAdmission};
+use skiff_auth::admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};
+use skiff_auth::rbac::RbacAuthorizer;
+
+use crate::AppState;
+use crate::admission::{Admission, Attributes, Operation};
+use crate::authn::{StateSlot, cache_get, cache_objects};
+use crate::registry::{ALL_VERBS, ResourceDef, Subresource};
+use crate::watchcache::{CacheMsg, EventKind, Recv};
+
+/// How long a pod create waits for a missing service account to appear.
+pub const SERVICE_ACCOUNT_WAIT: Duration = Duration::from_secs(5);
+/// How long a store read made on a cache miss is trusted.
+const OVERLAY_TTL: Duration = Duration::from_secs(10);
+/// Attempts at charging quotas when their status changes concurrently.
+const QUOTA_ATTEMPTS: usize = 8;
+
+#[allow(clippy::needless_update)]
+fn stored(
+    base: &ResourceDef,
+    group: &'static str,
+    resource: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> ResourceDef {
+    ResourceDef {
+        group,
+        version: "v1",
+        resource,
+        singular,
+        kind,
+        namespaced,
+        short_names: &[],
+        categories: &[],
+        verbs: ALL_VERBS,
+        subresources: &[],
+        storage: resource,
+        generation: false,
+        create_on_update: false,
+        ..base.clone()
+    }
+}
+
+/// The resources admission reads, for registries that lack them: resourcequotas (with
+/// status), limitranges, priorityclasses and the admission webhook configurations. The API
+/// server adds those its registry does not serve yet.
+pub fn resources() -> Vec<ResourceDef> {
+    const QUOTA_SUBS: &[Subresource] = &[Subresource {
+        name: "status",
+        group: "",
+        version: "",
+        kind: "ResourceQuota",
+        verbs: &["get", "patch", "update"],
+    }];
+    let Some(base) = crate::registry::Registry::default().get("", "v1", "configmaps").cloned() else {
+        return Vec::new();
+    };
+    vec![
+        ResourceDef {
+            short_names: &["quota"],
+            subresources: QUOTA_SUBS,
+            ..stored(&base, "", "resourcequotas", "resourcequota", "ResourceQuota", true)
+        },
+        ResourceDef { short_names: &["limits"], ..stored(&base, "", "limitranges", "limitrange", "LimitRange", true) },
+        ResourceDef {
+            short_names: &["pc"],
+            ..stored(&base, "scheduling.k8s.io", "priorityclasses", "priorityclass", "PriorityClass", false)
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            ..stored(
+                &base,
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "mutatingwebhookconfiguration",
+                "MutatingWebhookConfiguration",
+                false,
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            ..stored(
+                &base,
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "validatingwebhookconfiguration",
+                "ValidatingWebhookConfiguration",
+                false,
+            )
+        },
+    ]
+}
+
+/// [`AdmissionLookup`] over the watch caches, with store reads made on cache misses layered on
+/// top for a short while.
+pub struct CacheLookup {
+    slot: StateSlot,
+    overlay: Mutex<HashMap<(String, String, String), (Value, Instant)>>,
+}
+
+impl CacheLookup {
+    fn new(slot: StateSlot) -> Self {
+        Self { slot, overlay: Mutex::new(HashMap::new()) }
+    }
+
+    fn get(&self, storage: &str, ns: &str, name: &str) -> Option<Value> {
+        if let Some(v) = self.slot.get().and_then(|s| cache_get(&s, storage, ns, name)) {
+            return Some(v);
+        }
+        let mut overlay = self.overlay.lock();
+        overlay.retain(|_, (_, at)| at.elapsed() < OVERLAY_TTL);
+        overlay.get(&(storage.to_string(), ns.to_string(), name.to_string())).map(|(v, _)| v.clone())
+    }
+
+    fn list(&self, storage: &str, ns: &str) -> Vec<Value> {
+        let Some(state) = self.slot.get() else { return Vec::new() };
+        let tail = if ns.is_empty() { String::new() } else { format!("{ns}/") };
+        cache_objects(&state, storage, &tail).into_iter().map(|o| (*o).clone()).collect()
+    }
+
+    /// Makes sure `storage` `ns/name` is seen if it is in the store: on a cache miss, reads
+    /// the store and remembers the answer. Returns whether it exists.
+    async fn ensure(&self, state: &AppState, resource: &str, ns: &str, name: &str) -> bool {
+        let Some(def) = state.registry.get("", "v1", resource) else { return false };
+        if self.get(def.storage, ns, name).is_some() {
+            return true;
+        }
+        match state.objects.get_internal(def, ns, name).await {
+            Ok(Some((obj, _))) => {
+                let key = (def.storage.to_string(), ns.to_string(), name.to_string());
+                self.overlay.lock().insert(key, (obj, Instant::now()));
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl AdmissionLookup for CacheLookup {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        self.get("namespaces", "", name)
+    }
+    fn limit_ranges(&self, namespace: &str) -> Vec<Value> {
+        self.list("limitranges", namespace)
+    }
+    fn resource_quotas(&self, namespace: &str) -> Vec<Value> {
+        self.list("resourcequotas", namespace)
+    }
+    fn priority_classes(&self) -> Vec<Value> {
+        self.list("priorityclasses", "")
+    }
+    fn service_account(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.get("serviceaccounts", namespace, name)
+    }
+}
+
+/// The server's admission: the plugin chain plus quota accounting.
+pub struct ChainAdmission {
+    chain: AdmissionChain,
+    lookup: Arc<CacheLookup>,
+    webhooks: Arc<WebhookAdmission>,
+    slot: StateSlot,
+}
+
+impl ChainAdmission {
+    /// The standard chain over the watch caches reachable through `slot`.
+    pub fn new(slot: StateSlot, rbac: Arc<RbacAuthorizer>) -> Self {
+        let lookup = Arc::new(CacheLookup::new(slot.clone()));
+        let l: Arc<dyn AdmissionLookup> = lookup.clone();
+        let webhooks = Arc::new(WebhookAdmission::new(l.clone(), Arc::new(NoServices)));
+        // kube-apiserver's order; ResourceQuota runs last, in `validate`, because it writes.
+        let chain = AdmissionChain::new()
+            .mutating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())))
+            .mutating(Arc::new(limit_ranger::LimitRanger::new(l.clone())))
+            .mutating(Arc::new(service_account::ServiceAccount::new(l.clone())))
+            .mutating(Arc::new(priority::Priority::new(l.clone())))
+            .mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()))
+            .mutating(webhooks.mutating_plugin())
+            .validating(Arc::new(rbac_escalation::RbacEscalation::new(rbac)))
+            .validating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())))
+            .validating(Arc::new(limit_ranger::LimitRanger::new(l.clone())))
+            .validating(Arc::new(pod_security::PodSecurity::new(l.clone(), pod_security::PodSecurityConfig::default())))
+            .validating(Arc::new(priority::Priority::new(l)))
+            .validating(webhooks.validating_plugin());
+        Self { chain, lookup, webhooks, slot }
+    }
+
+    /// The webhook configurations (fed from the watch caches).
+    pub fn webhooks(&self) -> &Arc<WebhookAdmission> {
+        &self.webhooks
+    }
+
+    fn request(attrs: &Attributes<'_>, user: &crate::auth::RequestUser, obj: Option<&Value>) -> AdmissionRequest {
+        let op = match attrs.operation {
+            Operation::Create => authadm::Operation::Create,
+            Operation::Update => authadm::Operation::Update,
+            Operation::Delete => authadm::Operation::Delete,
+        };
+        let d = attrs.def;
+        let mut req = AdmissionRequest::new(op, d.group, d.version, d.resource, d.kind);
+        req.namespace = attrs.namespace.to_string();
+        req.name = attrs.name.to_string();
+        req.sub_resource = attrs.subresource.unwrap_or_default().to_string();
+        req.object = obj.cloned();
+        req.old_object = attrs.old.cloned();
+        req.user = UserInfo::new(user.name.clone(), user.groups.iter().cloned());
+        req.dry_run = attrs.dry_run;
+        req
+    }
+
+    /// Store reads for what the mutating plugins look up, so a cache lag is not a rejection.
+    async fn prime(&self, attrs: &Attributes<'_>, obj: &Value) {
+        let Some(state) = self.slot.get() else { return };
+        if attrs.operation != Operation::Create || attrs.namespace.is_empty() {
+            return;
+        }
+        self.lookup.ensure(&state, "namespaces", "", attrs.namespace).await;
+        let is_pod = attrs.def.group.is_empty() && attrs.def.resource == "pods" && attrs.subresource.is_none();
+        if !is_pod || !obj["metadata"]["annotations"][service_account::MIRROR_POD_ANNOTATION].is_null() {
+            return;
+        }
+        let sa = obj["spec"]["serviceAccountName"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(service_account::DEFAULT_SERVICE_ACCOUNT)
+            .to_string();
+        let deadline = Instant::now() + SERVICE_ACCOUNT_WAIT;
+        while !self.lookup.ensure(&state, "serviceaccounts", attrs.namespace, &sa).await {
+            // Only the default account is created by a controller; others are the user's.
+            if sa != service_account::DEFAULT_SERVICE_ACCOUNT || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// ResourceQuota: charges a create to the namespace's quotas and persists their new usage.
+    async fn charge_quotas(&self, req: &AdmissionRequest) -> Result<(), ApiError> {
+        if req.op() != authadm::Operation::Create || !req.sub_resource.is_empty() || req.namespace.is_empty() {
+            return Ok(());
+        }
+        let Some(state) = self.slot.get() else { return Ok(()) };
+        let Some(def) = state.registry.get("", "v1", "resourcequotas").cloned() else { return Ok(()) };
+        let mut quotas = self.lookup.resource_quotas(&req.namespace);
+        if quotas.is_empty() {
+            return Ok(());
+        }
+        for _ in 0..QUOTA_ATTEMPTS {
+            let updated = resource_quota::charge(req, &quotas)?;
+            if req.dry_run || updated.is_empty() {
+                return Ok(());
+            }
+            let mut conflict = false;
+            for q in &updated {
+                let name = q["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let status = q["status"].clone();
+                let rv = q["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string();
+                let r = state
+                    .objects
+                    .update(&def, &req.namespace, &name, Some("status"), &Default::default(), None, |cur| {
+                        let mut cur = cur.cloned().ok_or_else(|| ApiError::not_found("", "resourcequotas", &name))?;
+                        cur["metadata"]["resourceVersion"] = rv.clone().into();
+                        cur["status"] = status.clone();
+                        Ok(cur)
+                    })
+                    .await;
+                match r {
+                    Ok(_) => {}
+                    Err(e) if e.code == 409 => {
+                        conflict = true;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if !conflict {
+                return Ok(());
+            }
+            // Someone else charged the quota meanwhile: re-read from the store and recharge
+            // (quotas already written keep their charge, as in Kubernetes, until the quota
+            // controller recomputes them).
+            let mut fresh = Vec::with_capacity(quotas.len());
+            for q in &quotas {
+                let name = q["metadata"]["name"].as_str().unwrap_or_default();
+                if let Some((obj, _)) = state.objects.get_internal(&def, &req.namespace, name).await? {
+                    fresh.push(obj);
+                }
+            }
+            quotas = fresh;
+        }
+        Err(ApiError::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on resourcequotas: the quotas of {} kept changing", req.namespace),
+        ))
+    }
+}
+
+#[async_trait]
+impl Admission for ChainAdmission {
+    async fn mutate(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
+        let Some(user) = attrs.user else { return Ok(()) };
+        self.prime(attrs, obj).await;
+        let mut req = Self::request(attrs, user, Some(obj));
+        self.chain.mutate(&mut req).await?;
+        if let Some(o) = req.object {
+            *obj = o;
+        }
+        Ok(())
+    }
+
+    async fn validate(&self, attrs: &Attributes<'_>, obj: &Value) -> Result<(), ApiError> {
+        let Some(user) = attrs.user else { return Ok(()) };
+        let object = if attrs.operation == Operation::Delete { None } else { Some(obj) };
+        let req = Self::request(attrs, user, object);
+        self.chain.validate(&req).await?;
+        self.charge_quotas(&req).await
+    }
+}
+
+/// Keeps the webhook configurations of `admission` equal to the watch caches.
+pub async fn feed_webhooks(webhooks: Arc<WebhookAdmission>, state: Arc<AppState>) {
+    let kinds = [
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+    ];
+    let mut tasks = Vec::new();
+    for (storage, kind) in kinds {
+        let Some(cache) = state.caches.get(storage).cloned() else { continue };
+        let webhooks = webhooks.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                while !cache.is_ready() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let snap = cache.snapshot(cache.prefix());
+                for name in webhooks_names(&webhooks, kind) {
+                    webhooks.remove(kind, &name);
+                }
+                for o in &snap.objects {
+                    apply_webhook(&webhooks, kind, o);
+                }
+                let mut sub = snap.subscription;
+                loop {
+                    match sub.recv().await {
+                        Recv::Msg(CacheMsg::Event(e)) => match e.kind {
+                            EventKind::Added | EventKind::Modified => apply_webhook(&webhooks, kind, &e.object),
+                            EventKind::Deleted => {
+                                webhooks.remove(kind, e.object["metadata"]["name"].as_str().unwrap_or_default())
+                            }
+                        },
+                        Recv::Msg(CacheMsg::Progress(_)) => {}
+                        Recv::Msg(CacheMsg::Reset) | Recv::Lagged => break,
+                        Recv::Closed => return,
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+fn webhooks_names(webhooks: &WebhookAdmission, kind: &str) -> Vec<String> {
+    let list = if kind == "MutatingWebhookConfiguration" {
+        webhooks.mutating_webhooks()
+    } else {
+        webhooks.validating_webhooks()
+    };
+    list.into_iter().map(|w| w.configuration).collect()
+}
+
+fn apply_webhook(webhooks: &WebhookAdmission, kind: &str, obj: &Value) {
+    let mut o = obj.clone();
+    o["kind"] = kind.into();
+    if let Err(e) = webhooks.apply(&o) {
+        tracing::warn!(error = %e, "ignoring a webhook configuration");
+    }
+}
+
+/// Whether the quota resource name `key` counts objects of `group`/`resource`.
+fn counts(key: &str, group: &str, resource: &str) -> bool {
+    let count_key = if group.is_empty() { format!("count/{resource}") } else { format!("count/{resource}.{group}") };
+    if key == count_key {
+        return true;
+    }
+    if !group.is_empty() {
+        return false;
+    }
+    match resource {
+        "pods" => {
+            matches!(key, "pods" | "cpu" | "memory" | "ephemeral-storage")
+                || (key.starts_with("requests.") && key != "requests.storage")
+                || key.starts_with("limits.")
+        }
+        "persistentvolumeclaims" => {
+            key == "persistentvolumeclaims"
+                || key == "requests.storage"
+                || key.contains(".storageclass.storage.k8s.io/")
+        }
+        "services" => key == "services" || key.starts_with("services."),
+        "secrets" | "configmaps" | "replicationcontrollers" | "resourcequotas" => key == resource,
+        _ => false,
+    }
+}
+
+/// Recomputes every ResourceQuota's status from the watch caches; returns how many it wrote.
+pub async fn sync_quotas(state: &AppState) -> usize {
+    let Some(def) = state.registry.get("", "v1", "resourcequotas").cloned() else { return 0 };
+    let Some(cache) = state.caches.get(def.storage) else { return 0 };
+    let quotas = cache.snapshot(cache.prefix()).objects;
+    let mut written = 0;
+    for quota in quotas {
+        let ns = quota["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+        let name = quota["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let keys: Vec<String> =
+            quota["spec"]["hard"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let mut objects: Vec<(&'static str, &'static str, Arc<Value>)> = Vec::new();
+        for d in state.registry.all() {
+            if !d.namespaced || d.storage.is_empty() || !keys.iter().any(|k| counts(k, d.group, d.resource)) {
+                continue;
+            }
+            for o in cache_objects(state, d.storage, &format!("{ns}/")) {
+                objects.push((d.group, d.resource, o));
+            }
+        }
+        let status = resource_quota::quota_status(&quota, objects.iter().map(|(g, r, o)| (*g, *r, o.as_ref())));
+        if quota["status"] == status {
+            continue;
+        }
+        let r = state
+            .objects
+            .update(&def, &ns, &name, Some("status"), &Default::default(), None, |cur| {
+                let mut cur = cur.cloned().ok_or_else(|| ApiError::not_found("", "resourcequotas", &name))?;
+                cur["metadata"]["resourceVersion"] = Value::Null;
+                cur["status"] = status.clone();
+                Ok(cur)
+            })
+            .await;
+        match r {
+            Ok(_) => written += 1,
+            Err(e) if e.code == 404 => {}
+            Err(e) => tracing::warn!(namespace = %ns, quota = %name, error = %e, "updating quota status"),
+        }
+    }
+    written
+}
+
+/// The resource-quota controller: recomputes quota status when a quota or a pod changes, and
+/// every few seconds for the other counted kinds. Runs until the caches close.
+pub async fn run_quota_controller(state: Arc<AppState>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+    for storage in ["resourcequotas", "pods", "services/specs", "configmaps", "secrets", "persistentvolumeclaims"] {
+        let Some(cache) = state.caches.get(storage).cloned() else { continue };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            loop {
+                while !cache.is_ready() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let mut sub = cache.snapshot(cache.prefix()).subscription;
+                let _ = tx.try_send(());
+                loop {
+                    match sub.recv().await {
+                        Recv::Msg(CacheMsg::Event(_)) | Recv::Lagged | Recv::Msg(CacheMsg::Reset) => {
+                            let _ = tx.try_send(());
+                        }
+                        Recv::Msg(CacheMsg::Progress(_)) => continue,
+                        Recv::Closed => return,
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            r = rx.recv() => if r.is_none() { return },
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.changed() => return,
+        }
+        // Let a burst of events settle before recomputing.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        while rx.try_recv().is_ok() {}
+        sync_quotas(&state).await;
+    }
+}
+
+/// Publishes the cluster CA as the `kube-root-ca.crt` ConfigMap (key `ca.crt`) in every
+/// namespace, as kube-controller-manager's root-ca-cert-publisher does; projected
+/// service-account volumes read it. Runs until the caches close.
+pub async fn run_root_ca_publisher(state: Arc<AppState>, ca_pem: String) {
+    let (Some(ns_def), Some(cm_def)) =
+        (state.registry.get("", "v1", "namespaces").cloned(), state.registry.get("", "v1", "configmaps").cloned())
+    else {
+        return;
+    };
+    let Some(cache) = state.caches.get(ns_def.storage).cloned() else { return };
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        while !cache.is_ready() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let snap = cache.snapshot(cache.prefix());
+        let mut sub = snap.subscription;
+        let mut pending: Vec<String> =
+            snap.objects.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect();
+        loop {
+            for ns in pending.drain(..) {
+                publish_root_ca(&state, &cm_def, &ns, &ca_pem).await;
+            }
+            let msg = tokio::select! {
+                m = sub.recv() => m,
+                _ = shutdown.changed() => return,
+            };
+            match msg {
+                Recv::Msg(CacheMsg::Event(e)) if e.kind != EventKind::Deleted => {
+                    let terminating = !e.object["metadata"]["deletionTimestamp"].is_null();
+                    if let (Some(n), false) = (e.object["metadata"]["name"].as_str(), terminating) {
+                        pending.push(n.to_string());
+                    }
+                }
+                Recv::Msg(_) => {}
+                Recv::Lagged => break,
+                Recv::Closed => return,
+            }
+        }
+    }
+}
+
+async fn publish_root_ca(state: &AppState, def: &ResourceDef, ns: &str, ca_pem: &str) {
+    let name = service_account::ROOT_CA_CONFIGMAP;
+    if let Some(cm) = cache_get(state, def.storage, ns, name)
+        && cm["data"]["ca.crt"] == ca_pem
+    {
+        return;
+    }
+    let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
+        "data": {"ca.crt": ca_pem}});
+    match state.objects.create(def, ns, obj, None, &Default::default()).await {
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {
+            let r = state
+                .objects
+                .update(def, ns, name, None, &Default::default(), None, |cur| {
+                    let mut cur = cur.cloned().ok_or_else(|| ApiError::not_found("", "configmaps", name))?;
+                    cur["metadata"]["resourceVersion"] = Value::Null;
+                    cur["data"] = json!({"ca.crt": ca_pem});
+                    Ok(cur)
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::debug!(namespace = ns, error = %e, "updating kube-root-ca.crt");
+            }
+        }
+        // A namespace being deleted refuses new content.
+        Err(e) => tracing::debug!(namespace = ns, error = %e, "creating kube-root-ca.crt"),
+    }
+}
+
+/// Creates what admission expects every cluster to have: the system PriorityClasses and the
+/// `default` ServiceAccount of the system namespaces (the serviceaccount controller makes the
+/// others).
+///
+/// # Errors
+/// A create that fails other than with 409 AlreadyExists.
+pub async fn bootstrap(state: &AppState) -> anyhow::Result<()> {
+    let mut objects: Vec<(ResourceDef, String, Value)> = Vec::new();
+    if let Some(def) = state.registry.get("scheduling.k8s.io", "v1", "priorityclasses") {
+        for pc in priority::system_priority_classes() {
+            objects.push((def.clone(), String::new(), pc));
+        }
+    }
+    if let Some(def) = state.registry.get("", "v1", "serviceaccounts") {
+        for ns in crate::SYSTEM_NAMESPACES {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": service_account::DEFAULT_SERVICE_ACCOUNT, "namespace": ns}});
+            objects.push((def.clone(), ns.to_string(), sa));
+        }
+    }
+    for (def, ns, obj) in objects {
+        match state.objects.create(&def, &ns, obj, None, &Default::default()).await {
+            Ok(_) => {}
+            Err(e) if e.code == 409 => {}
+            Err(e) => anyhow::bail!("creating bootstrap {}: {e}", def.resource),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_keys_count_the_kinds_kubernetes_counts() {
+        assert!(counts("pods", "", "pods"));
+        assert!(counts("requests.cpu", "", "pods"));
+        assert!(counts("limits.memory", "", "pods"));
+        assert!(!counts("requests.storage", "", "pods"));
+        assert!(counts("requests.storage", "", "persistentvolumeclaims"));
+        assert!(counts("count/deployments.apps", "apps", "deployments"));
+        assert!(!counts("count/deployments.apps", "", "deployments"));
+        assert!(counts("services.nodeports", "", "services"));
+        assert!(counts("configmaps", "", "configmaps"));
+        assert!(!counts("configmaps", "", "secrets"));
+    }
+
+    #[test]
+    fn the_extra_resources_have_their_kubernetes_names() {
+        let defs = resources();
+        let quota = defs.iter().find(|d| d.resource == "resourcequotas").unwrap();
+        assert!(quota.has_status());
+        assert_eq!(quota.short_names, &["quota"]);
+        let pc = defs.iter().find(|d| d.resource == "priorityclasses").unwrap();
+        assert_eq!((pc.group, pc.namespaced), ("scheduling.k8s.io", false));
+    }
+}

@@ -60,6 +60,19 @@ pub struct ServerArgs {
     /// it (or the range itself when it is /24 or smaller).
     #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]
     pub cluster_cidr: String,
+    /// Static bearer tokens in kube-apiserver's CSV format (`token,user,uid,"group1,group2"`).
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// Let requests without credentials reach /healthz, /livez, /readyz and /version as
+    /// `system:anonymous` (`--anonymous-auth=false`: 401 everywhere). kube-apiserver's flag.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub anonymous_auth: bool,
+    /// `iss` of the service-account tokens the server signs (kube-apiserver's flag).
+    #[arg(long, default_value = skiff_auth::authn::serviceaccount::DEFAULT_ISSUER)]
+    pub service_account_issuer: String,
+    /// Audiences service-account tokens must carry to authenticate (default: the issuer).
+    #[arg(long, value_delimiter = ',')]
+    pub api_audiences: Vec<String>,
 }
 
 /// Checks an IPv4 CIDR such as `10.42.0.0/16`.
@@ -206,6 +219,10 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.kubeconfig_path = args.write_kubeconfig.clone();
     config.extra_sans = args.tls_san.clone();
     config.rbac = true;
+    config.security.authn.token_auth_file = args.token_auth_file.clone();
+    config.security.authn.anonymous_auth = args.anonymous_auth;
+    config.security.authn.service_account_issuer = args.service_account_issuer.clone();
+    config.security.authn.api_audiences = args.api_audiences.clone();
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use skiff_apimachinery::quantity;
 
 use crate::host::PodHost;
-use crate::quantity;
 
 /// Why a container's configuration could not be built; reported as the container's waiting
 /// reason `CreateContainerConfigError`.

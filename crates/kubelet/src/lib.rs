@@ -26,7 +26,6 @@ pub mod nodelifecycle;
 pub mod pod_workers;
 pub mod prober;
 pub mod qos;
-pub mod quantity;
 pub mod server;
 pub mod simulated;
 pub mod status;

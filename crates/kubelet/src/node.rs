@@ -56,7 +56,8 @@ impl NodeCapacity {
     pub fn validate(&self) -> Result<(), Error> {
         for (field, q) in [("cpu", &self.cpu), ("memory", &self.memory), ("ephemeral-storage", &self.ephemeral_storage)]
         {
-            crate::quantity::parse_scaled(q, 0).map_err(|e| Error::Config(format!("node capacity {field}: {e}")))?;
+            skiff_apimachinery::quantity::parse_scaled(q, 0)
+                .map_err(|e| Error::Config(format!("node capacity {field}: {e}")))?;
         }
         Ok(())
     }

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-use crate::quantity;
+use skiff_apimachinery::quantity;
 
 /// The QoS class of a pod (`status.qosClass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,7 +38,7 @@ const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
 fn scaled(name: &str, q: &Quantity) -> i64 {
     // Unparseable quantities count as zero: the API server validates them, and the QoS class of
     // an invalid pod is not worth failing the whole sync over.
-    let v = if name == "cpu" { quantity::cpu_millis(q) } else { quantity::value(q) };
+    let v = if name == "cpu" { quantity::milli_value(q) } else { quantity::value(q) };
     v.unwrap_or(0)
 }
 

@@ -1,13 +1,14 @@
 //! Resource quantities and pod requests computed the way Kubernetes computes them.
 //!
-//! Follows `resource.Quantity` parsing and `k8s.io/component-helpers/resource.PodRequests`:
-//! a pod's request is `max(sum of app containers (+ sidecars), max over init containers) +
+//! Quantities are parsed by [`skiff_apimachinery::quantity`]; pod requests follow
+//! `k8s.io/component-helpers/resource.PodRequests`: a pod's request is `max(sum of app containers (+ sidecars), max over init containers) +
 //! overhead`, per resource.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use skiff_apimachinery::quantity::{InvalidQuantity, parse_scaled_saturating};
 
 /// Resource name of CPU (`v1.ResourceCPU`).
 pub const CPU: &str = "cpu";
@@ -25,93 +26,14 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// in bytes (200 MiB).
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
-/// Error parsing a quantity string.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}")]
-pub struct QuantityError(pub String);
-
-/// Parses a Kubernetes quantity and returns `value * scale`, rounded up (as `Quantity.Value()`
-/// with scale 1 and `Quantity.MilliValue()` with scale 1000 do). Saturates at `i64::MAX`.
+/// Parses a quantity for resource `name`: millicores for `cpu`, plain units (bytes, counts)
+/// otherwise, rounded up; amounts beyond `i64` saturate (see
+/// [`skiff_apimachinery::quantity::parse_scaled_saturating`]).
 ///
 /// # Errors
-/// [`QuantityError`] when the string is not a quantity.
-pub fn parse_quantity_scaled(s: &str, scale: i64) -> Result<i64, QuantityError> {
-    let err = || QuantityError(s.to_string());
-    let t = s.trim();
-    let (neg, body) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    let num_end = body.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(body.len());
-    let (number, suffix) = body.split_at(num_end);
-    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-        return Err(err());
-    }
-    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    let mut mantissa: i128 = 0;
-    let mut overflow = false;
-    for c in int_part.bytes().chain(frac_part.bytes()) {
-        match mantissa.checked_mul(10).and_then(|m| m.checked_add(i128::from(c - b'0'))) {
-            Some(m) => mantissa = m,
-            None => overflow = true,
-        }
-    }
-    let frac_digits = frac_part.len() as i32;
-    // (base, exponent): value = mantissa * base^exponent / 10^frac_digits
-    let (base, exp): (i128, i32) = match suffix {
-        "" => (10, 0),
-        "n" => (10, -9),
-        "u" => (10, -6),
-        "m" => (10, -3),
-        "k" => (10, 3),
-        "M" => (10, 6),
-        "G" => (10, 9),
-        "T" => (10, 12),
-        "P" => (10, 15),
-        "E" => (10, 18),
-        "Ki" => (1024, 1),
-        "Mi" => (1024, 2),
-        "Gi" => (1024, 3),
-        "Ti" => (1024, 4),
-        "Pi" => (1024, 5),
-        "Ei" => (1024, 6),
-        other if other.starts_with(['e', 'E']) => {
-            let e: i32 = other[1..].parse().map_err(|_| err())?;
-            (10, e)
-        }
-        _ => return Err(err()),
-    };
-    if overflow {
-        return Ok(if neg { i64::MIN } else { i64::MAX });
-    }
-    let pow = |b: i128, e: u32| -> Option<i128> { b.checked_pow(e) };
-    let mut num = mantissa.checked_mul(i128::from(scale));
-    let mut den: Option<i128> = pow(10, frac_digits as u32);
-    if exp >= 0 {
-        num = num.and_then(|n| pow(base, exp as u32).and_then(|p| n.checked_mul(p)));
-    } else {
-        den = den.and_then(|d| pow(base, (-exp) as u32).and_then(|p| d.checked_mul(p)));
-    }
-    let (Some(num), Some(den)) = (num, den) else {
-        // Only absurdly large or small quantities get here: saturate or round up to 1.
-        return Ok(match (neg, exp >= 0) {
-            (false, true) => i64::MAX,
-            (true, true) => i64::MIN,
-            (false, false) => i64::from(mantissa != 0),
-            (true, false) => 0,
-        });
-    };
-    let v = if neg { -(num / den) } else { (num + den - 1) / den };
-    Ok(v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
-}
-
-/// Parses a quantity for resource `name`: millicores for `cpu`, plain units otherwise.
-///
-/// # Errors
-/// [`QuantityError`] when the string is not a quantity.
-pub fn parse_resource_quantity(name: &str, q: &Quantity) -> Result<i64, QuantityError> {
-    parse_quantity_scaled(&q.0, if name == CPU { 1000 } else { 1 })
+/// [`InvalidQuantity`] when the string is not a quantity.
+pub fn parse_resource_quantity(name: &str, q: &Quantity) -> Result<i64, InvalidQuantity> {
+    parse_scaled_saturating(&q.0, if name == CPU { 3 } else { 0 })
 }
 
 /// Amounts of resources (`framework.Resource`): CPU in millicores, memory and storage in bytes,
@@ -274,26 +196,20 @@ pub fn pod_requests(pod: &Pod, non_zero: bool) -> Result<Resource, String> {
 mod tests {
     use super::*;
 
-    fn check(s: &str, scale: i64, want: Result<i64, ()>) {
-        assert_eq!(parse_quantity_scaled(s, scale).map_err(|_| ()), want, "{s} x{scale}");
+    fn quantity(name: &str, q: &str) -> Result<i64, InvalidQuantity> {
+        parse_resource_quantity(name, &Quantity(q.to_string()))
     }
 
     #[test]
-    fn quantities_parse_like_kubernetes_rounding_up() {
-        check("100m", 1000, Ok(100));
-        check("1", 1000, Ok(1000));
-        check("1.5", 1000, Ok(1500));
-        check("0.0001", 1000, Ok(1));
-        check("500Mi", 1, Ok(500 * 1024 * 1024));
-        check("1Gi", 1, Ok(1 << 30));
-        check("1k", 1, Ok(1000));
-        check("1e3", 1, Ok(1000));
-        check("1.5Gi", 1, Ok(3 << 29));
-        check("100m", 1, Ok(1));
-        check("-1", 1, Ok(-1));
-        check("12Q", 1, Err(()));
-        check("", 1, Err(()));
-        check("1.2.3", 1, Err(()));
+    fn resource_quantities_are_millicores_for_cpu_and_units_otherwise() {
+        assert_eq!(quantity(CPU, "100m"), Ok(100));
+        assert_eq!(quantity(CPU, "1.5"), Ok(1500));
+        assert_eq!(quantity(CPU, "0.0001"), Ok(1));
+        assert_eq!(quantity(MEMORY, "500Mi"), Ok(500 * 1024 * 1024));
+        assert_eq!(quantity(MEMORY, "100m"), Ok(1));
+        assert_eq!(quantity("nvidia.com/gpu", "2"), Ok(2));
+        assert_eq!(quantity(MEMORY, "100E"), Ok(i64::MAX));
+        assert!(quantity(MEMORY, "12Q").is_err());
     }
 
     #[test]

@@ -84,10 +84,13 @@ pub struct ContainerdConfig {
 }
 
 impl ContainerdConfig {
-    /// Defaults for a data directory: base `<data_dir>/containerd`, bridge `skiff0`.
+    /// Defaults for a data directory: base `<data_dir>/containerd`, bridge `skiff0`. A relative
+    /// `data_dir` is made absolute against the current directory: containerd's shims run
+    /// elsewhere and would not find relative paths.
     pub fn for_data_dir(data_dir: &Path, pod_cidr: &str, sandbox_image: &str) -> Self {
+        let base = data_dir.join("containerd");
         ContainerdConfig {
-            paths: ContainerdPaths::new(data_dir.join("containerd")),
+            paths: ContainerdPaths::new(std::path::absolute(&base).unwrap_or(base)),
             sandbox_image: sandbox_image.to_string(),
             pod_cidr: pod_cidr.to_string(),
             bridge_name: "skiff0".to_string(),
@@ -479,5 +482,12 @@ mod tests {
         assert_eq!(ipv4_addresses(json), ["10.42.124.1/24"]);
         assert!(ipv4_addresses("[]").is_empty());
         assert!(ipv4_addresses("not json").is_empty());
+    }
+
+    #[test]
+    fn a_relative_data_dir_gives_absolute_containerd_paths() {
+        let c = ContainerdConfig::for_data_dir(Path::new("data/agent"), "10.42.0.0/24", "pause");
+        assert!(c.paths.socket().is_absolute(), "{}", c.paths.socket().display());
+        assert!(c.render_config().contains(&*std::env::current_dir().unwrap().to_string_lossy()));
     }
 }

@@ -210,6 +210,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let started = std::time::Instant::now();
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    // Absolute, since the node hands paths under it to containerd and its shims.
+    let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
     let store = open_store(&args, &data_dir).await?;

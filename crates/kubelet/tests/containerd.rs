@@ -195,6 +195,46 @@ impl Env {
     }
 }
 
+/// Runs a WebSocket `v5.channel.k8s.io` exec session against the kubelet endpoint (served on a
+/// loopback port): sends `stdin` then the close signal for stdin, and returns the bytes
+/// received per channel and the final Status (channel 3) as JSON.
+async fn ws_v5_exec(workers: PodWorkers, path: &str, stdin: &[u8]) -> (HashMap<u8, Vec<u8>>, serde_json::Value) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("local_addr: {e}"));
+    let app = skiff_kubelet::server::router(workers);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap_or_else(|e| panic!("request: {e}"));
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        tokio_tungstenite::tungstenite::http::HeaderValue::from_static("v5.channel.k8s.io"),
+    );
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect: {e}"));
+    let (mut ws, resp) =
+        tokio_tungstenite::client_async(req, tcp).await.unwrap_or_else(|e| panic!("WebSocket handshake: {e}"));
+    assert_eq!(resp.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok()), Some("v5.channel.k8s.io"));
+    let mut first = vec![0u8];
+    first.extend_from_slice(stdin);
+    ws.send(Message::binary(first)).await.unwrap_or_else(|e| panic!("send stdin: {e}"));
+    ws.send(Message::binary(vec![255u8, 0])).await.unwrap_or_else(|e| panic!("send close signal: {e}"));
+    let mut streams: HashMap<u8, Vec<u8>> = HashMap::new();
+    let read = async {
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                Message::Binary(b) if !b.is_empty() => streams.entry(b[0]).or_default().extend_from_slice(&b[1..]),
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), read).await.unwrap_or_else(|_| panic!("exec session did not end"));
+    server.abort();
+    let status = streams.get(&3).and_then(|b| serde_json::from_slice(b).ok()).unwrap_or_default();
+    (streams, status)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pods_run_on_real_containerd() {
     require_environment();
@@ -317,6 +357,36 @@ async fn pods_run_on_real_containerd() {
     let resp = tower::ServiceExt::oneshot(app, req).await.unwrap_or_else(|e| panic!("router: {e}"));
     let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
     assert_eq!(String::from_utf8_lossy(&body), "ran inside\n");
+    // Streaming exec as kubectl 1.30+ does it (WebSocket v5.channel.k8s.io), which the kubelet
+    // translates to SPDY for containerd: stdin reaches the process, the v5 close signal ends
+    // it, stdout, stderr and the exit code come back.
+    let (streams, status) = ws_v5_exec(
+        workers.clone(),
+        "/exec/default/logger/log?command=sh&command=-c&command=cat%3B+echo+oops+%3E%262%3B+exit+3\
+         &stdin=true&stdout=true&stderr=true",
+        b"from stdin\n",
+    )
+    .await;
+    assert_eq!(streams.get(&1).map(|b| String::from_utf8_lossy(b).into_owned()).as_deref(), Some("from stdin\n"));
+    assert_eq!(streams.get(&2).map(|b| String::from_utf8_lossy(b).into_owned()).as_deref(), Some("oops\n"));
+    assert_eq!(status["reason"], "NonZeroExitCode", "status: {status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "3", "status: {status}");
+
+    // Started now, checked at deletion (8): one container exits on SIGTERM, one ignores it and
+    // must be killed when the deletion's grace period (5 s) ends, not the spec's 600 s.
+    let mut graceful = pod(
+        "graceful",
+        "uid-grace",
+        vec![
+            busybox("polite", &["/bin/sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]),
+            busybox("stubborn", &["/bin/sh", "-c", "trap '' TERM; while true; do sleep 1; done"]),
+        ],
+        "Always",
+    );
+    if let Some(spec) = graceful.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(600);
+    }
+    workers.update_pod(graceful.clone());
 
     // 3. A container exiting 1 is restarted with back-off (CrashLoopBackOff).
     let crasher =
@@ -426,17 +496,38 @@ async fn pods_run_on_real_containerd() {
     assert_eq!(term.exit_code, 137);
 
     // 8. Deleting pods stops their containers and deletes the objects.
-    for p in [&web, &logger, &crasher, &job, &bad, &probes, &oom] {
+    wait_for(60, "both graceful containers running", &host, "uid-grace", || {
+        host.status("uid-grace").filter(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .filter(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                .count()
+                == 2
+        })
+    })
+    .await;
+    for p in [&web, &logger, &crasher, &job, &bad, &probes, &oom, &graceful] {
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
         deleting.metadata.deletion_grace_period_seconds = Some(5);
         workers.update_pod(deleting);
     }
-    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad", "uid-probes", "uid-oom"] {
+    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad", "uid-probes", "uid-oom", "uid-grace"] {
         wait_for(60, "pod object deleted", &host, uid, || host.deleted.lock().contains(uid).then_some(())).await;
         let rt = kuberuntime::runtime_pod(&cri, uid).await.unwrap_or_else(|e| panic!("runtime_pod: {e}"));
         assert!(rt.running_containers().next().is_none(), "{uid}: no container runs after deletion");
     }
+    let exit_codes: Vec<(String, Option<i32>)> = host
+        .status("uid-grace")
+        .unwrap_or_default()
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.name, c.state.and_then(|st| st.terminated).map(|t| t.exit_code)))
+        .collect();
+    assert!(exit_codes.contains(&("polite".into(), Some(0))), "SIGTERM ends the polite container: {exit_codes:?}");
+    assert!(exit_codes.contains(&("stubborn".into(), Some(137))), "SIGKILL after the grace: {exit_codes:?}");
     let status = host.status("uid-web").unwrap_or_default();
     assert!(matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")), "final phase written: {:?}", status.phase);
     assert!(host.event_reasons("uid-web").iter().any(|r| r == "Killing"), "Killing event recorded");

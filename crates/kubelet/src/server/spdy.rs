@@ -11,8 +11,9 @@
 //!
 //! Only what that needs is implemented (<https://www.chromium.org/spdy/spdy-protocol/spdy-protocol-draft3-1/>):
 //! SYN_STREAM to open client streams, DATA frames both ways, PING answered, GOAWAY and the end of
-//! the connection end the session. Header blocks sent are zlib streams made of uncompressed
-//! ("stored") deflate blocks, which every zlib reader accepts; header blocks received (SYN_REPLY)
+//! the connection end the session. Header blocks sent are one zlib stream made of uncompressed
+//! ("stored") deflate blocks, each header block ended by an empty stored block (a sync flush),
+//! which every zlib reader accepts; header blocks received (SYN_REPLY)
 //! are not needed and skipped undecoded. Flow control (WINDOW_UPDATE) is ignored, as by the
 //! runtime's own SPDY library.
 
@@ -105,6 +106,9 @@ pub fn data_frames(stream_id: u32, data: &[u8]) -> Vec<u8> {
     data.chunks(64 * 1024).flat_map(|c| data_frame(stream_id, 0, c)).collect()
 }
 
+/// The empty stored deflate block that zlib's `Z_SYNC_FLUSH` emits.
+const SYNC_FLUSH: [u8; 5] = [0x00, 0x00, 0x00, 0xff, 0xff];
+
 /// Writes SPDY header blocks as one zlib stream of stored deflate blocks (the stream is shared
 /// by every header block of the connection, as SPDY requires).
 #[derive(Debug, Default)]
@@ -137,6 +141,10 @@ impl HeaderEncoder {
             out.extend_from_slice(&(!len).to_le_bytes());
             out.extend_from_slice(chunk);
         }
+        // An empty stored block ends the header block, as zlib's Z_SYNC_FLUSH does: it makes the
+        // reader hand out the data before it would look for the next block (which only the next
+        // header block brings).
+        out.extend_from_slice(&SYNC_FLUSH);
         out
     }
 }
@@ -250,6 +258,9 @@ where
     let (mut ws_tx, mut ws_rx) = ws.split();
     let pong = tx.clone();
     let down = async {
+        // The runtime always ends a session with a Status on the error stream (Success
+        // included); without one the caller must not take the silence for success.
+        let mut saw_status = false;
         loop {
             match read_frame(&mut upstream_read).await {
                 Ok(Some(Frame::Data { stream_id, data, .. })) => {
@@ -257,6 +268,7 @@ where
                     if data.is_empty() || !matches!(ch, channel::STDOUT | channel::STDERR | channel::ERROR) {
                         continue;
                     }
+                    saw_status |= ch == channel::ERROR;
                     let mut msg = Vec::with_capacity(data.len() + 1);
                     msg.push(ch);
                     msg.extend_from_slice(&data);
@@ -270,6 +282,20 @@ where
                 Ok(Some(Frame::Control { kind: GOAWAY, .. })) | Ok(None) | Err(_) => break,
                 Ok(Some(Frame::Control { .. })) => {}
             }
+        }
+        if !saw_status {
+            let status = serde_json::json!({
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "reason": "InternalError",
+                "code": 500,
+                "message": "the container runtime ended the session without a status",
+            });
+            let mut msg = vec![channel::ERROR];
+            msg.extend_from_slice(status.to_string().as_bytes());
+            let _ = ws_tx.send(Message::binary(msg)).await;
         }
         let close = CloseFrame { code: CloseCode::Normal, reason: "".into() };
         let _ = ws_tx.send(Message::Close(Some(close))).await;
@@ -340,8 +366,8 @@ mod tests {
         let len = u16::from_le_bytes([block[1], block[2]]);
         assert_eq!(block[0], 0);
         assert_eq!(!len, u16::from_le_bytes([block[3], block[4]]));
-        let plain = &block[5..];
-        assert_eq!(plain.len(), usize::from(len));
+        let plain = &block[5..5 + usize::from(len)];
+        assert_eq!(&block[5 + usize::from(len)..], &SYNC_FLUSH, "each header block ends with a sync flush");
         assert_eq!(&plain[..4], &1u32.to_be_bytes());
         assert_eq!(&plain[4..8], &10u32.to_be_bytes());
         assert_eq!(&plain[8..18], b"streamtype");

@@ -26,8 +26,9 @@ pub const MIN_NODE_SCORE: i64 = 0;
 /// Every plugin: a name and the cluster events that may make pods it rejected schedulable.
 ///
 /// A plugin implements one or more extension-point traits and returns itself from the matching
-/// `as_*` method, e.g. `fn as_filter(&self) -> Option<&dyn FilterPlugin> { Some(self) }`; the
-/// framework only calls points a plugin opts into.
+/// `as_*` method, e.g. `fn as_filter(&self) -> Option<&dyn FilterPlugin> { Some(self) }` (or
+/// [`extension_points!`](crate::extension_points)`(filter)`); the framework only calls points a
+/// plugin opts into.
 pub trait Plugin: Send + Sync + 'static {
     /// The plugin name used in configuration and in statuses.
     fn name(&self) -> &str;
@@ -86,6 +87,76 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
         None
     }
+}
+
+/// Implements [`Plugin`]'s `as_*` methods for the listed extension points, each returning
+/// `Some(self)`; used inside `impl Plugin for P { ... }`, e.g.
+/// `skiff_scheduler::extension_points!(pre_filter, filter, score);`.
+///
+/// Points (each needs the matching trait implemented): `pre_enqueue`, `queue_sort`,
+/// `pre_filter`, `filter`, `post_filter`, `pre_score`, `score`, `reserve`, `permit`, `pre_bind`,
+/// `bind`, `post_bind`.
+#[macro_export]
+macro_rules! extension_points {
+    (@as $method:ident $point:ident) => {
+        fn $method(&self) -> ::std::option::Option<&dyn $crate::framework::$point> {
+            ::std::option::Option::Some(self)
+        }
+    };
+    (@point pre_enqueue) => { $crate::extension_points!(@as as_pre_enqueue PreEnqueuePlugin); };
+    (@point queue_sort) => { $crate::extension_points!(@as as_queue_sort QueueSortPlugin); };
+    (@point pre_filter) => { $crate::extension_points!(@as as_pre_filter PreFilterPlugin); };
+    (@point filter) => { $crate::extension_points!(@as as_filter FilterPlugin); };
+    (@point post_filter) => { $crate::extension_points!(@as as_post_filter PostFilterPlugin); };
+    (@point pre_score) => { $crate::extension_points!(@as as_pre_score PreScorePlugin); };
+    (@point score) => { $crate::extension_points!(@as as_score ScorePlugin); };
+    (@point reserve) => { $crate::extension_points!(@as as_reserve ReservePlugin); };
+    (@point permit) => { $crate::extension_points!(@as as_permit PermitPlugin); };
+    (@point pre_bind) => { $crate::extension_points!(@as as_pre_bind PreBindPlugin); };
+    (@point bind) => { $crate::extension_points!(@as as_bind BindPlugin); };
+    (@point post_bind) => { $crate::extension_points!(@as as_post_bind PostBindPlugin); };
+    ($($point:ident),+ $(,)?) => { $( $crate::extension_points!(@point $point); )+ };
+}
+
+/// Implements [`PreFilterPlugin`]'s `PreFilterExtensions` (`has_extensions`, `add_pod`,
+/// `remove_pod`) for a plugin whose PreFilter state of type `$state`, stored in the
+/// [`CycleState`] under `$key`, has a method
+/// `update_with_pod(&mut self, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64)`:
+/// `delta` is 1 when `other` is simulated onto `node` and -1 when simulated away. Without state
+/// (PreFilter skipped) nothing is updated. Used inside `impl PreFilterPlugin for P { ... }`.
+#[macro_export]
+macro_rules! pre_filter_extensions {
+    ($state:ty, $key:expr) => {
+        fn has_extensions(&self) -> bool {
+            true
+        }
+
+        fn add_pod(
+            &self,
+            state: &mut $crate::framework::CycleState,
+            pod: &$crate::framework::PodInfo,
+            pod_to_add: &::std::sync::Arc<$crate::framework::PodInfo>,
+            node: &$crate::framework::NodeInfo,
+        ) -> $crate::framework::Status {
+            if let ::std::option::Option::Some(s) = state.read_mut::<$state>($key) {
+                s.update_with_pod(pod, pod_to_add, node, 1);
+            }
+            $crate::framework::Status::success()
+        }
+
+        fn remove_pod(
+            &self,
+            state: &mut $crate::framework::CycleState,
+            pod: &$crate::framework::PodInfo,
+            pod_to_remove: &::std::sync::Arc<$crate::framework::PodInfo>,
+            node: &$crate::framework::NodeInfo,
+        ) -> $crate::framework::Status {
+            if let ::std::option::Option::Some(s) = state.read_mut::<$state>($key) {
+                s.update_with_pod(pod, pod_to_remove, node, -1);
+            }
+            $crate::framework::Status::success()
+        }
+    };
 }
 
 /// Decides whether a pod may enter activeQ at all (e.g. scheduling gates). A non-success status

@@ -22,9 +22,7 @@ impl Plugin for DefaultBinder {
     fn name(&self) -> &str {
         names::DEFAULT_BINDER
     }
-    fn as_bind(&self) -> Option<&dyn BindPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(bind);
 }
 
 #[async_trait]

@@ -314,9 +314,7 @@ impl Plugin for DefaultPreemption {
     fn name(&self) -> &str {
         names::DEFAULT_PREEMPTION
     }
-    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(post_filter);
 }
 
 impl PostFilterPlugin for DefaultPreemption {

@@ -27,12 +27,7 @@ impl Plugin for ImageLocality {
     fn name(&self) -> &str {
         names::IMAGE_LOCALITY
     }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_score, score);
 }
 
 impl PreScorePlugin for ImageLocality {

@@ -16,7 +16,7 @@ use crate::framework::{
 };
 use skiff_apimachinery::selector::LabelSelector;
 
-use super::names;
+use super::{add_to_count, names};
 
 /// Reason: the incoming pod's required affinity is not satisfied.
 pub const ERR_REASON_AFFINITY: &str = "node(s) didn't match pod affinity rules";
@@ -57,12 +57,7 @@ fn bump(c: &mut Counts, node: &NodeInfo, key: &str, by: i64) {
     let Some(v) = node.labels().get(key) else { return };
     // Look up before inserting: keys are allocated only for new pairs.
     match c.get_mut(key) {
-        Some(m) => match m.get_mut(v) {
-            Some(x) => *x += by,
-            None => {
-                m.insert(v.clone(), by);
-            }
-        },
+        Some(m) => add_to_count(m, v, by),
         None => {
             c.insert(key.to_string(), HashMap::from([(v.clone(), by)]));
         }
@@ -157,18 +152,7 @@ impl Plugin for InterPodAffinity {
             ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL),
         ]
     }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_filter, filter, pre_score, score);
 }
 
 impl PreFilterPlugin for InterPodAffinity {
@@ -223,29 +207,7 @@ impl PreFilterPlugin for InterPodAffinity {
         (None, Status::success())
     }
 
-    fn has_extensions(&self) -> bool {
-        true
-    }
-
-    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, pod_to_add: &Arc<PodInfo>, node: &NodeInfo) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update_with_pod(pod, pod_to_add, node, 1);
-        }
-        Status::success()
-    }
-
-    fn remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        pod_to_remove: &Arc<PodInfo>,
-        node: &NodeInfo,
-    ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update_with_pod(pod, pod_to_remove, node, -1);
-        }
-        Status::success()
-    }
+    crate::pre_filter_extensions!(PreFilterState, PRE_FILTER_KEY);
 }
 
 impl FilterPlugin for InterPodAffinity {

@@ -16,11 +16,24 @@ pub mod queue_sort;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
 use crate::framework::{MAX_NODE_SCORE, Plugin, Registry};
+
+/// Adds `by` to the pod count of topology value `value` (a node label value), allocating the
+/// key only when the value is new; shared by the topology-counting plugins (InterPodAffinity,
+/// PodTopologySpread).
+pub(crate) fn add_to_count(counts: &mut HashMap<String, i64>, value: &str, by: i64) {
+    match counts.get_mut(value) {
+        Some(n) => *n += by,
+        None => {
+            counts.insert(value.to_string(), by);
+        }
+    }
+}
 
 /// Plugin names, as used in KubeSchedulerConfiguration (`plugins/names`).
 pub mod names {

@@ -89,18 +89,7 @@ impl Plugin for NodeAffinity {
             ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_OTHER),
         ]
     }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_filter, filter, pre_score, score);
 }
 
 impl PreFilterPlugin for NodeAffinity {

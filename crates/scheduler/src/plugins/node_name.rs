@@ -17,9 +17,7 @@ impl Plugin for NodeName {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![ClusterEvent::NODE_ADD]
     }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(filter);
 }
 
 impl FilterPlugin for NodeName {

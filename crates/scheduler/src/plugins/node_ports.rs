@@ -20,12 +20,7 @@ impl Plugin for NodePorts {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![ClusterEvent::new(EventResource::Pod, ActionType::DELETE), ClusterEvent::NODE_ADD]
     }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_filter, filter);
 }
 
 impl PreFilterPlugin for NodePorts {

@@ -28,9 +28,7 @@ impl Plugin for NodeUnschedulable {
             ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_TOLERATIONS),
         ]
     }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(filter);
 }
 
 impl FilterPlugin for NodeUnschedulable {

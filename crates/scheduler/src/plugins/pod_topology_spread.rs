@@ -17,7 +17,7 @@ use crate::framework::{
     find_untolerated_taint,
 };
 
-use super::names;
+use super::{add_to_count, names};
 
 /// Reason: placing the pod would exceed maxSkew.
 pub const ERR_REASON_CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
@@ -120,7 +120,8 @@ impl PreFilterState {
         if self.match_num[i].len() < self.constraints[i].min_domains { 0 } else { self.mins[i] }
     }
 
-    fn update(&mut self, incoming: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
+    /// Accounts for `other` on `node` (`delta` +1 add, -1 remove).
+    fn update_with_pod(&mut self, incoming: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
         if other.namespace != incoming.namespace || !has_all_keys(node.labels(), &self.constraints) {
             return;
         }
@@ -130,7 +131,7 @@ impl PreFilterState {
                 continue;
             }
             let Some(v) = node.labels().get(&c.topology_key) else { continue };
-            *self.match_num[i].entry(v.clone()).or_insert(0) += delta;
+            add_to_count(&mut self.match_num[i], v, delta);
             self.recompute_min(i);
         }
     }
@@ -276,18 +277,7 @@ impl Plugin for PodTopologySpread {
             ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_LABEL),
         ]
     }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_filter, filter, pre_score, score);
 }
 
 impl PreFilterPlugin for PodTopologySpread {
@@ -316,13 +306,7 @@ impl PreFilterPlugin for PodTopologySpread {
                     continue;
                 }
                 let count = count_matching(node.pods(), &c.selector, &pod.namespace);
-                let value = &labels[&c.topology_key];
-                match match_num[i].get_mut(value) {
-                    Some(x) => *x += count,
-                    None => {
-                        match_num[i].insert(value.clone(), count);
-                    }
-                }
+                add_to_count(&mut match_num[i], &labels[&c.topology_key], count);
             }
         }
         let n = constraints.len();
@@ -334,29 +318,7 @@ impl PreFilterPlugin for PodTopologySpread {
         (None, Status::success())
     }
 
-    fn has_extensions(&self) -> bool {
-        true
-    }
-
-    fn add_pod(&self, state: &mut CycleState, pod: &PodInfo, pod_to_add: &Arc<PodInfo>, node: &NodeInfo) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update(pod, pod_to_add, node, 1);
-        }
-        Status::success()
-    }
-
-    fn remove_pod(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        pod_to_remove: &Arc<PodInfo>,
-        node: &NodeInfo,
-    ) -> Status {
-        if let Some(s) = state.read_mut::<PreFilterState>(PRE_FILTER_KEY) {
-            s.update(pod, pod_to_remove, node, -1);
-        }
-        Status::success()
-    }
+    crate::pre_filter_extensions!(PreFilterState, PRE_FILTER_KEY);
 }
 
 impl FilterPlugin for PodTopologySpread {

@@ -11,9 +11,7 @@ impl Plugin for PrioritySort {
     fn name(&self) -> &str {
         names::PRIORITY_SORT
     }
-    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
-        Some(self)
-    }
+    crate::extension_points!(queue_sort);
 }
 
 impl QueueSortPlugin for PrioritySort {

@@ -15,9 +15,7 @@ impl Plugin for SchedulingGates {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED)]
     }
-    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_enqueue);
 }
 
 impl PreEnqueuePlugin for SchedulingGates {

@@ -36,12 +36,7 @@ impl Plugin for BalancedAllocation {
     fn name(&self) -> &str {
         names::NODE_RESOURCES_BALANCED_ALLOCATION
     }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_score, score);
 }
 
 impl PreScorePlugin for BalancedAllocation {

@@ -184,18 +184,7 @@ impl Plugin for Fit {
             ClusterEvent::new(EventResource::UnscheduledPod, ActionType::UPDATE_POD_SCALE_DOWN),
         ]
     }
-    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
-        Some(self)
-    }
-    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
-        Some(self)
-    }
-    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
-        Some(self)
-    }
-    fn as_score(&self) -> Option<&dyn ScorePlugin> {
-        Some(self)
-    }
+    crate::extension_points!(pre_filter, filter, pre_score, score);
 }
 
 impl PreFilterPlugin for Fit {

@@ -1,12 +1,19 @@
-//! OpenAPI v3 (`/openapi/v3` and `/openapi/v3/<api|apis/group>/<version>`), generated from the
-//! k8s-openapi types' JSON schemas (its `schemars` feature), with the Kubernetes extensions
-//! clients look for: `x-kubernetes-group-version-kind` on kinds and on operations, and the
-//! `fieldValidation`/`dryRun`/`fieldManager` query parameters on writes. kubectl reads it for
-//! `kubectl explain` and to learn that the server validates fields itself (so `kubectl apply`
-//! sends `fieldValidation=Strict` instead of validating client-side).
-//! See <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-v3>.
+//! OpenAPI v3 (`/openapi/v3` and `/openapi/v3/<api|apis/group>/<version>`) and OpenAPI v2
+//! (`/openapi/v2`, Swagger 2.0 JSON), generated from the k8s-openapi types' JSON schemas (its
+//! `schemars` feature), with the Kubernetes extensions clients look for:
+//! `x-kubernetes-group-version-kind` on kinds and on operations,
+//! `x-kubernetes-patch-strategy`/`x-kubernetes-patch-merge-key` and
+//! `x-kubernetes-list-type`/`x-kubernetes-list-map-keys` on merged lists (from the
+//! strategic-merge table of `skiff_apimachinery::patch`), and the
+//! `fieldValidation`/`dryRun`/`fieldManager` query parameters on writes. kubectl reads them for
+//! `kubectl explain`, to compute client-side apply patches, and to learn that the server
+//! validates fields itself (so `kubectl apply` sends `fieldValidation=Strict`).
+//! See <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-interface-definition>.
 //!
-//! `/openapi/v2` (protobuf-only in practice for kubectl) is not served.
+//! Every document is generated once and then served from memory with an `ETag`
+//! (`If-None-Match` → 304). The protobuf form of v2
+//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`) is not produced: a request
+//! accepting only it gets 406.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -19,6 +26,7 @@ use k8s_openapi::schemars::generate::{SchemaGenerator, SchemaSettings};
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use skiff_apimachinery::ApiError;
+use skiff_apimachinery::patch::{ListMerge, SchemaNode};
 
 use crate::AppState;
 use crate::registry::{Registry, ResourceDef};
@@ -163,14 +171,7 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
         return None;
     }
     let mut schemas = g.take_definitions(true);
-    for (name, def) in kinds {
-        if let Some(Value::Object(s)) = schemas.get_mut(&name) {
-            s.insert(
-                "x-kubernetes-group-version-kind".into(),
-                json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
-            );
-        }
-    }
+    annotate_kinds(&mut schemas, &kinds, "#/components/schemas/");
     schemas.insert(
         "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
         json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}),
@@ -181,6 +182,283 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
         "paths": paths,
         "components": {"schemas": schemas},
     }))
+}
+
+/// Marks each kind's definition with `x-kubernetes-group-version-kind` and the merged lists
+/// below it with their patch strategy and list type. `ref_prefix` is how `$ref`s start.
+fn annotate_kinds(schemas: &mut Map<String, Value>, kinds: &[(String, ResourceDef)], ref_prefix: &str) {
+    let mut visited: Vec<(String, SchemaNode)> = Vec::new();
+    for (name, def) in kinds {
+        if let Some(Value::Object(s)) = schemas.get_mut(name) {
+            let gvk = json!({"group": def.group, "version": def.version, "kind": def.kind});
+            match s.get_mut("x-kubernetes-group-version-kind") {
+                Some(Value::Array(list)) if !list.contains(&gvk) => list.push(gvk),
+                Some(_) => {}
+                None => {
+                    s.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
+                }
+            }
+        }
+        annotate_lists(schemas, name, SchemaNode::root(&def.api_version(), def.kind), ref_prefix, &mut visited);
+    }
+}
+
+/// The definition a property schema refers to (`$ref`, `allOf: [{$ref}]`, or its items').
+fn referenced<'a>(prop: &'a Value, ref_prefix: &str) -> Option<&'a str> {
+    let direct = |v: &'a Value| {
+        v.get("$ref")
+            .or_else(|| v.get("allOf").and_then(|a| a.get(0)).and_then(|a| a.get("$ref")))
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix(ref_prefix))
+    };
+    direct(prop).or_else(|| prop.get("items").and_then(direct))
+}
+
+fn annotate_lists(
+    schemas: &mut Map<String, Value>,
+    name: &str,
+    node: SchemaNode,
+    ref_prefix: &str,
+    visited: &mut Vec<(String, SchemaNode)>,
+) {
+    if visited.iter().any(|(n, s)| n == name && *s == node) {
+        return;
+    }
+    visited.push((name.to_string(), node));
+    let mut next = Vec::new();
+    if let Some(Value::Object(props)) = schemas.get_mut(name).and_then(|s| s.get_mut("properties")) {
+        for (field, prop) in props.iter_mut() {
+            let (merge, child) = node.field(field);
+            if let Some(p) = prop.as_object_mut().filter(|p| p.get("type").and_then(Value::as_str) == Some("array")) {
+                match merge {
+                    ListMerge::Atomic => {}
+                    ListMerge::Set => {
+                        p.insert("x-kubernetes-patch-strategy".into(), json!("merge"));
+                        p.insert("x-kubernetes-list-type".into(), json!("set"));
+                    }
+                    ListMerge::Map(key) => {
+                        p.insert("x-kubernetes-patch-strategy".into(), json!("merge"));
+                        p.insert("x-kubernetes-patch-merge-key".into(), json!(key));
+                        p.insert("x-kubernetes-list-type".into(), json!("map"));
+                        let keys = if matches!(key, "containerPort" | "port") {
+                            json!([key, "protocol"])
+                        } else {
+                            json!([key])
+                        };
+                        p.insert("x-kubernetes-list-map-keys".into(), keys);
+                    }
+                }
+            }
+            if let Some(r) = referenced(prop, ref_prefix) {
+                next.push((r.to_string(), child));
+            }
+        }
+    }
+    for (r, child) in next {
+        annotate_lists(schemas, &r, child, ref_prefix, visited);
+    }
+}
+
+/// Rewrites every `$ref` from OpenAPI v3's `#/components/schemas/` to v2's `#/definitions/`.
+fn v2_refs(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m.iter_mut() {
+                if k == "$ref"
+                    && let Value::String(r) = child
+                    && let Some(rest) = r.strip_prefix("#/components/schemas/")
+                {
+                    *r = format!("#/definitions/{rest}");
+                } else {
+                    v2_refs(child);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(v2_refs),
+        _ => {}
+    }
+}
+
+fn v2_query(name: &str, description: &str) -> Value {
+    json!({"name": name, "in": "query", "description": description, "type": "string", "uniqueItems": true})
+}
+
+fn v2_operation(
+    action: &str,
+    def: &ResourceDef,
+    schema: Option<&Value>,
+    mut params: Vec<Value>,
+    body: Option<&Value>,
+) -> Value {
+    let verb = match action {
+        "get" => "read",
+        "put" => "replace",
+        "post" => "create",
+        other => other,
+    };
+    if let Some(b) = body {
+        params.push(json!({"name": "body", "in": "body", "required": true, "schema": b}));
+    }
+    let mut op = json!({
+        "description": format!("{verb} the specified {}", def.kind),
+        "operationId": format!("{verb}{}", def.kind),
+        "consumes": if action == "patch" {
+            json!(["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml"])
+        } else {
+            json!(["*/*"])
+        },
+        "produces": ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"],
+        "schemes": ["https"],
+        "parameters": params,
+        "responses": {"200": {"description": "OK", "schema": schema.cloned().unwrap_or_else(|| json!({"type": "object"}))}, "401": {"description": "Unauthorized"}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": {"group": def.group, "version": def.version, "kind": def.kind},
+    });
+    if action == "patch" {
+        op["x-kubernetes-action"] = json!("patch");
+    }
+    op
+}
+
+/// The OpenAPI v2 (Swagger 2.0) document of every served kind.
+pub fn v2_doc(registry: &Registry) -> Value {
+    let mut g = SchemaSettings::openapi3().into_generator();
+    let mut paths = Map::new();
+    let mut kinds: Vec<(String, ResourceDef)> = Vec::new();
+    for (group, versions) in registry.groups() {
+        for version in versions {
+            let base = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
+            for def in registry.in_group_version(group, version) {
+                let Some((name, mut schema)) = kind_schema(&mut g, &def.api_version(), def.kind) else { continue };
+                v2_refs(&mut schema);
+                kinds.push((name, def.clone()));
+                let (collection, item) = if def.namespaced {
+                    (
+                        format!("{base}/namespaces/{{namespace}}/{}", def.resource),
+                        format!("{base}/namespaces/{{namespace}}/{}/{{name}}", def.resource),
+                    )
+                } else {
+                    (format!("{base}/{}", def.resource), format!("{base}/{}/{{name}}", def.resource))
+                };
+                let mut path_params = vec![
+                    json!({"name": "name", "in": "path", "required": true, "type": "string", "uniqueItems": true}),
+                ];
+                let mut coll_params = Vec::new();
+                if def.namespaced {
+                    let ns = json!({"name": "namespace", "in": "path", "required": true, "type": "string", "uniqueItems": true});
+                    path_params.push(ns.clone());
+                    coll_params.push(ns);
+                }
+                let writes = || {
+                    vec![
+                        v2_query("dryRun", "When present, indicates that modifications should not be persisted."),
+                        v2_query(
+                            "fieldManager",
+                            "fieldManager is a name associated with the actor or entity that is making these changes.",
+                        ),
+                        v2_query(
+                            "fieldValidation",
+                            "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
+                        ),
+                    ]
+                };
+                let mut patch_params = writes();
+                patch_params.push(v2_query("force", "Force is going to \"force\" Apply requests."));
+                let patch_body = json!({"$ref": "#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"});
+                paths.insert(
+                    item,
+                    json!({
+                        "get": v2_operation("get", def, Some(&schema), vec![], None),
+                        "put": v2_operation("put", def, Some(&schema), writes(), Some(&schema)),
+                        "patch": v2_operation("patch", def, Some(&schema), patch_params, Some(&patch_body)),
+                        "delete": v2_operation("delete", def, None, vec![v2_query("dryRun", "dry run"), v2_query("propagationPolicy", "propagation policy")], None),
+                        "parameters": path_params,
+                    }),
+                );
+                paths.insert(
+                    collection,
+                    json!({
+                        "get": v2_operation("list", def, None, ["labelSelector", "fieldSelector", "limit", "continue", "resourceVersion", "watch"].iter().map(|n| v2_query(n, n)).collect(), None),
+                        "post": v2_operation("post", def, Some(&schema), writes(), Some(&schema)),
+                        "delete": v2_operation("deletecollection", def, None, vec![], None),
+                        "parameters": coll_params,
+                    }),
+                );
+            }
+        }
+    }
+    let mut schemas = g.take_definitions(true);
+    for v in schemas.values_mut() {
+        v2_refs(v);
+    }
+    annotate_kinds(&mut schemas, &kinds, "#/definitions/");
+    schemas.insert(
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
+        json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}),
+    );
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": crate::nonresource::GIT_VERSION},
+        "paths": paths,
+        "definitions": schemas,
+        "securityDefinitions": {"BearerToken": {"description": "Bearer Token authentication", "type": "apiKey", "name": "authorization", "in": "header"}},
+        "security": [{"BearerToken": []}],
+    })
+}
+
+/// The media type of protobuf OpenAPI v2, which skiff does not produce.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
+
+/// True when the request's Accept allows JSON (no Accept, `*/*`, `application/*`, JSON).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else { return true };
+    accept
+        .split(',')
+        .map(|t| t.split(';').next().unwrap_or("").trim())
+        .any(|t| matches!(t, "" | "*/*" | "application/*" | "application/json"))
+}
+
+/// A cached document as a response: 304 when the client has this version already.
+fn cached_response(bytes: bytes::Bytes, etag: &str, headers: &HeaderMap) -> Response {
+    let etag = format!("\"{etag}\"");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let builder = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .header(header::VARY, "Accept");
+    let resp = if fresh {
+        builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else {
+        builder.status(StatusCode::OK).header(header::CONTENT_TYPE, "application/json").body(Body::from(bytes))
+    };
+    resp.unwrap_or_default()
+}
+
+/// Hex digest of a document, for its ETag.
+fn digest(bytes: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("{:016X}", h.finish())
+}
+
+static V2: std::sync::OnceLock<(bytes::Bytes, String)> = std::sync::OnceLock::new();
+
+fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Response {
+    if !accepts_json(headers) {
+        return error_response(&ApiError::not_acceptable(format!(
+            "only application/json is served for /openapi/v2; {V2_PROTOBUF}@v1.0+protobuf is not"
+        )));
+    }
+    let (bytes, etag) = V2.get_or_init(|| {
+        let b = bytes::Bytes::from(serde_json::to_vec(&v2_doc(registry)).unwrap_or_default());
+        let etag = digest(&b);
+        (b, etag)
+    });
+    cached_response(bytes.clone(), etag, headers)
 }
 
 /// The `/openapi/v3` discovery document: one entry per group-version.
@@ -203,10 +481,11 @@ pub fn root(registry: &Registry) -> Value {
 }
 
 /// Serves `/openapi/...` (`rest` is the path after `/openapi`).
-pub fn handle(state: &AppState, rest: &[&str], _headers: &HeaderMap) -> Response {
+pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response {
     let not_found =
         || error_response(&ApiError::new(404, "NotFound", "the server could not find the requested resource"));
     let (group, version) = match rest {
+        ["v2"] => return serve_v2(&state.registry, headers),
         ["v3"] => return json_response(StatusCode::OK, &root(&state.registry)),
         ["v3", "api", v] => ("", *v),
         ["v3", "apis", g, v] => (*g, *v),
@@ -225,13 +504,10 @@ pub fn handle(state: &AppState, rest: &[&str], _headers: &HeaderMap) -> Response
             }
         },
     };
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "public, immutable")
-        .header(header::ETAG, format!("\"{HASH}\""))
-        .body(Body::from(bytes))
-        .unwrap_or_default()
+    let mut resp = cached_response(bytes, HASH, headers);
+    // The root links to this document with ?hash=, so it may be cached for good.
+    resp.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("public, immutable"));
+    resp
 }
 
 #[cfg(test)]
@@ -247,5 +523,38 @@ mod tests {
         let schema = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
         assert_eq!(schema["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
         assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"].is_object());
+    }
+    #[test]
+    fn v2_document_has_kinds_with_gvk_and_patch_strategies() {
+        let doc = v2_doc(&Registry::default());
+        assert_eq!(doc["swagger"], "2.0");
+        let defs = &doc["definitions"];
+        assert_eq!(defs["io.k8s.api.apps.v1.Deployment"]["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+        let containers = &defs["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        let ports = &defs["io.k8s.api.core.v1.Container"]["properties"]["ports"];
+        assert_eq!(ports["x-kubernetes-patch-merge-key"], "containerPort");
+        assert_eq!(ports["x-kubernetes-list-map-keys"], json!(["containerPort", "protocol"]));
+        assert!(defs["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"].is_object());
+        let text = serde_json::to_string(&doc).unwrap();
+        assert!(!text.contains("#/components/schemas/"), "every $ref points into #/definitions/");
+        let patch = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Deployment");
+    }
+
+    #[test]
+    fn protobuf_only_v2_is_not_acceptable_and_etag_revalidates() {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, "application/com.github.proto-openapi.spec.v2@v1.0+protobuf".parse().unwrap());
+        assert!(!accepts_json(&h));
+        h.insert(header::ACCEPT, "application/json, */*".parse().unwrap());
+        assert!(accepts_json(&h));
+        let first = cached_response(bytes::Bytes::from_static(b"{}"), "abc", &HeaderMap::new());
+        assert_eq!(first.status(), StatusCode::OK);
+        let etag = first.headers()[header::ETAG].clone();
+        let mut again = HeaderMap::new();
+        again.insert(header::IF_NONE_MATCH, etag);
+        assert_eq!(cached_response(bytes::Bytes::from_static(b"{}"), "abc", &again).status(), StatusCode::NOT_MODIFIED);
     }
 }

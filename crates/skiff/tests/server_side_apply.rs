@@ -107,3 +107,47 @@ fn kubectl_server_side_apply_tracks_owners_and_reports_conflicts() {
     assert_eq!(s.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.annotations.team}"]), "");
     assert_eq!(s.ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.labels.env}"]), "prod");
 }
+
+/// `curl -i` against the server with the admin client certificate; returns the raw response.
+fn curl(s: &Server, path: &str, headers: &[&str]) -> String {
+    let tls = s.dir.path().join("data/tls");
+    let mut c = std::process::Command::new("curl");
+    c.args(["-sS", "-i", "--cacert"]).arg(tls.join("ca.crt"));
+    c.arg("--cert").arg(tls.join("admin.crt")).arg("--key").arg(tls.join("admin.key"));
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    c.arg(format!("https://127.0.0.1:{}{path}", s.port));
+    let out = c.output().expect("running curl");
+    assert!(out.status.success(), "curl failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn openapi_v2_is_served_with_etag_and_kubectl_explain_works() {
+    let s = Server::start();
+    let first = curl(&s, "/openapi/v2", &["Accept: application/json"]);
+    let (head, body) = first.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/") && head.contains(" 200"), "{head}");
+    let etag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: ").or_else(|| l.strip_prefix("ETag: ")))
+        .expect("an ETag header")
+        .trim()
+        .to_string();
+    let doc: Value = serde_json::from_str(body).expect("a JSON document");
+    assert_eq!(doc["swagger"], "2.0");
+    let deployment = &doc["definitions"]["io.k8s.api.apps.v1.Deployment"];
+    assert_eq!(deployment["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+    let containers = &doc["definitions"]["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+    assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+
+    let again = curl(&s, "/openapi/v2", &["Accept: application/json", &format!("If-None-Match: {etag}")]);
+    assert!(again.lines().next().unwrap_or("").contains(" 304"), "{again}");
+    let pb = curl(&s, "/openapi/v2", &["Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf"]);
+    assert!(pb.lines().next().unwrap_or("").contains(" 406"), "{pb}");
+
+    let explained = s.ok(&["explain", "deployment.spec.strategy"]);
+    assert!(explained.contains("rollingUpdate"), "{explained}");
+    assert!(explained.contains("DeploymentStrategy") || explained.contains("strategy"), "{explained}");
+}

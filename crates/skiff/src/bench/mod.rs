@@ -1,6 +1,9 @@
 //! `skiff bench …`: benchmarks. Each prints its figures next to a baseline measured in the same
 //! run (raw SQLite, raw etcd, an empty handler) or the issue's target, and the ratio between them.
 
+mod apiserver;
+mod deployment;
+mod harness;
 mod podstartup;
 mod store;
 
@@ -17,6 +20,13 @@ pub enum BenchCommand {
     /// RBAC authorization decision time (p50/p99, microseconds) with 1,000 roles and 1,000
     /// bindings (target p99 < 5 µs).
     Authorization,
+    /// The API server (issue 3): idle RSS, cold start to /readyz, pod creates/s over HTTPS from
+    /// 64 clients next to raw store creates/s, GET p99, and write-to-delivery p99 with 1,000
+    /// watchers, against the issue's targets.
+    Apiserver(apiserver::ApiserverArgs),
+    /// The controllers (issue 4): a 1,000-replica Deployment on simulated nodes until all
+    /// replicas are available, and a rolling update, next to direct pod creates through the API.
+    Deployment(deployment::DeploymentArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -26,6 +36,8 @@ pub enum BenchCommand {
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Store(args) => store::run(args).await,
+        BenchCommand::Apiserver(args) => apiserver::run(args).await,
+        BenchCommand::Deployment(args) => deployment::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

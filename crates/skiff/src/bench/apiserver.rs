@@ -1,0 +1,402 @@
+//! `skiff bench apiserver`: issue 3's benchmark, in one run against real `skiff server
+//! --disable-agent` processes (this binary, spawned on free loopback ports with fresh data
+//! directories under a temp dir):
+//!
+//! 1. cold start: spawn to the first `GET /readyz` answering `ok` (fresh data dir, so PKI
+//!    generation and store creation included), median of `--starts`;
+//! 2. idle RSS: `VmRSS` of a ready server after `--settle` seconds;
+//! 3. pod creates/s over HTTPS from `--clients` concurrent clients (each its own connection
+//!    pool), next to raw creates/s of the embedded store ([`SqliteBackend`] in-process, same
+//!    number of concurrent writers, values of the stored pod's size) in the same run;
+//! 4. GET latency (p50/p99) of those pods from the same clients;
+//! 5. `--watchers` concurrent pod watches: latency from a create to its delivery to every
+//!    watcher (p50/p99), with one create every 20 ms.
+//!
+//! Pods use a scheduler name no scheduler serves, so no component reacts to them and only the
+//! API server and the store are measured.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
+use skiff_store::Backend;
+use skiff_store::sqlite::SqliteBackend;
+
+use super::harness::{Samples, ServerProcess, admin_client, load_average, metric_sum, ms, scrape};
+
+/// Flags of `skiff bench apiserver`.
+#[derive(clap::Args, Debug)]
+pub struct ApiserverArgs {
+    /// Cold starts to time (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    starts: usize,
+    /// Seconds a ready server idles before its RSS is read.
+    #[arg(long, default_value_t = 5.0)]
+    settle: f64,
+    /// Concurrent clients for creates and GETs.
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Pods created through the API (and raw store creates of the same size).
+    #[arg(long, default_value_t = 5000)]
+    creates: usize,
+    /// GETs timed.
+    #[arg(long, default_value_t = 10_000)]
+    gets: usize,
+    /// Concurrent watchers.
+    #[arg(long, default_value_t = 1000)]
+    watchers: usize,
+    /// Creates each watcher must see (one every 20 ms).
+    #[arg(long, default_value_t = 50)]
+    watch_writes: usize,
+    /// Directory for the data directories and the raw store (default: the system temp dir).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+/// Annotation carrying a pod's create time (nanoseconds since the Unix epoch).
+const SENT_ANNOTATION: &str = "bench.skiff.io/sent-unix-nanos";
+/// A scheduler name nothing serves: bench pods stay pending and untouched.
+const NO_SCHEDULER: &str = "skiff-bench-none";
+
+fn unix_nanos() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// A small pod, as a user would create it.
+pub fn bench_pod(name: &str, annotations: Option<BTreeMap<String, String>>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([("app".to_string(), "bench".to_string())])),
+            annotations,
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            scheduler_name: Some(NO_SCHEDULER.to_string()),
+            containers: vec![Container {
+                name: "pause".to_string(),
+                image: Some("registry.k8s.io/pause:3.10".to_string()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates `namespace`.
+pub async fn create_namespace(client: &kube::Client, namespace: &str) -> anyhow::Result<()> {
+    let ns = Namespace {
+        metadata: ObjectMeta { name: Some(namespace.to_string()), ..Default::default() },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+/// Creates `total` pods in `namespace` from the clients concurrently (client `c` creates
+/// `p-c-0`, `p-c-1`, …). Returns the wall time, per-create latencies and one created pod.
+pub async fn create_pods(
+    clients: &[kube::Client],
+    namespace: &str,
+    total: usize,
+) -> anyhow::Result<(Duration, Samples, Option<Pod>)> {
+    let per_client = total.div_ceil(clients.len().max(1));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, client) in clients.iter().enumerate() {
+        let api = Api::<Pod>::namespaced(client.clone(), namespace);
+        let count = per_client.min(total.saturating_sub(c * per_client));
+        tasks.spawn(async move {
+            let mut lat = Vec::with_capacity(count);
+            let mut last = None;
+            for n in 0..count {
+                let pod = bench_pod(&format!("p-{c}-{n}"), None);
+                let t = Instant::now();
+                let created =
+                    api.create(&PostParams::default(), &pod).await.with_context(|| format!("create p-{c}-{n}"))?;
+                lat.push(t.elapsed());
+                last = Some(created);
+            }
+            anyhow::Ok((lat, last))
+        });
+    }
+    let mut samples = Samples::default();
+    let mut example = None;
+    while let Some(r) = tasks.join_next().await {
+        let (lat, last) = r??;
+        samples.0.extend(lat);
+        example = example.or(last);
+    }
+    Ok((started.elapsed(), samples, example))
+}
+
+/// Runs the benchmark and prints its report.
+pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let base = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d)?,
+        None => tempfile::tempdir()?,
+    };
+    println!("skiff bench apiserver: load average {} at start, {} CPUs", load_average(), num_cpus());
+
+    // 1. Cold start to /readyz, fresh data directory each time.
+    let mut starts = Samples::default();
+    for i in 0..args.starts.max(1) {
+        let mut server = ServerProcess::spawn(&base.path().join(format!("start-{i}")), &[])?;
+        let (took, _) = server.wait_ready(Duration::from_secs(60)).await?;
+        starts.0.push(took);
+    }
+    let start_median = starts.percentile(50.0);
+    println!(
+        "cold start to /readyz: median {} over {} starts (min {}, max {})",
+        ms(start_median),
+        starts.0.len(),
+        ms(starts.0[0]),
+        ms(*starts.0.last().unwrap_or(&Duration::ZERO))
+    );
+
+    // 2. Idle RSS.
+    let mut server = ServerProcess::spawn(&base.path().join("server"), &[])?;
+    let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
+    let idle_rss = server.rss_bytes()?;
+    println!("idle RSS after {:.0} s: {:.1} MB", args.settle, idle_rss as f64 / 1e6);
+
+    // 3. Creates over HTTPS next to raw store creates.
+    let mut clients = Vec::with_capacity(args.clients);
+    for _ in 0..args.clients.max(1) {
+        clients.push(admin_client(&server.kubeconfig()).await?);
+    }
+    create_namespace(&admin, "bench").await?;
+    let (api_took, mut api_lat, example) = create_pods(&clients, "bench", args.creates).await?;
+    let api_rate = args.creates as f64 / api_took.as_secs_f64();
+    let value_size = example.as_ref().map(|p| serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0)).unwrap_or(1024);
+    println!(
+        "API creates: {} pods from {} clients in {:.2} s = {:.0}/s (p50 {}, p99 {}); stored pod ≈ {} bytes",
+        args.creates,
+        clients.len(),
+        api_took.as_secs_f64(),
+        api_rate,
+        ms(api_lat.percentile(50.0)),
+        ms(api_lat.percentile(99.0)),
+        value_size
+    );
+    let (raw_took, mut raw_lat) = raw_store_creates(base.path(), args.clients.max(1), args.creates, value_size).await?;
+    let raw_rate = args.creates as f64 / raw_took.as_secs_f64();
+    println!(
+        "raw store creates (SqliteBackend, {} writers): {:.0}/s (p50 {}, p99 {})",
+        args.clients.max(1),
+        raw_rate,
+        ms(raw_lat.percentile(50.0)),
+        ms(raw_lat.percentile(99.0))
+    );
+
+    // 4. GET latency.
+    let (get_took, mut get_lat) = get_pods(&clients, "bench", args.creates, args.gets).await?;
+    println!(
+        "GETs: {} from {} clients in {:.2} s = {:.0}/s, p50 {}, p99 {}",
+        args.gets,
+        clients.len(),
+        get_took.as_secs_f64(),
+        args.gets as f64 / get_took.as_secs_f64(),
+        ms(get_lat.percentile(50.0)),
+        ms(get_lat.percentile(99.0))
+    );
+
+    // 5. Watch delivery latency.
+    let (mut watch_lat, expected) = watch_latency(&admin, &clients, args.watchers, args.watch_writes).await?;
+    let delivered = watch_lat.0.len();
+    println!(
+        "watch: {} watchers × {} creates: {} of {} deliveries, p50 {}, p99 {}",
+        args.watchers,
+        args.watch_writes,
+        delivered,
+        expected,
+        ms(watch_lat.percentile(50.0)),
+        ms(watch_lat.percentile(99.0))
+    );
+    let busy_rss = server.rss_bytes()?;
+    println!("RSS after the run: {:.1} MB; load average {} at end", busy_rss as f64 / 1e6, load_average());
+
+    println!();
+    println!("| target (issue 3) | measured | ratio to target | verdict |");
+    println!("|---|---|---|---|");
+    let mb = idle_rss as f64 / 1e6;
+    row("idle RSS ≤ 40 MB", &format!("{mb:.1} MB"), mb / 40.0, mb <= 40.0);
+    let s = start_median.as_secs_f64();
+    row("start to ready ≤ 0.5 s", &format!("{s:.3} s"), s / 0.5, s <= 0.5);
+    let share = api_rate / raw_rate;
+    row(
+        "API creates ≥ 50 % of raw store creates",
+        &format!("{:.1} % ({api_rate:.0} vs {raw_rate:.0}/s)", share * 100.0),
+        share / 0.5,
+        share >= 0.5,
+    );
+    let p99 = watch_lat.percentile(99.0);
+    row(
+        "watch p99 ≤ 50 ms (1,000 watchers)",
+        &ms(p99),
+        p99.as_secs_f64() / 0.05,
+        p99 <= Duration::from_millis(50) && delivered == expected,
+    );
+    Ok(())
+}
+
+fn row(target: &str, measured: &str, ratio: f64, met: bool) {
+    println!("| {target} | {measured} | {ratio:.2}× | {} |", if met { "met" } else { "missed" });
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// `total` creates of `value_size`-byte values into a fresh [`SqliteBackend`] from `writers`
+/// concurrent tasks, keys as the API server names pods.
+async fn raw_store_creates(
+    dir: &std::path::Path,
+    writers: usize,
+    total: usize,
+    value_size: usize,
+) -> anyhow::Result<(Duration, Samples)> {
+    let path = dir.join("raw/state.db");
+    std::fs::create_dir_all(dir.join("raw"))?;
+    let options = skiff_store::Options { compaction_interval: None, ..Default::default() };
+    let store = Arc::new(tokio::task::spawn_blocking(move || SqliteBackend::open(&path, options)).await??);
+    let value = Arc::new(vec![b'x'; value_size]);
+    let per_writer = total.div_ceil(writers);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..writers {
+        let (store, value) = (store.clone(), value.clone());
+        let count = per_writer.min(total.saturating_sub(w * per_writer));
+        tasks.spawn(async move {
+            let mut lat = Vec::with_capacity(count);
+            for n in 0..count {
+                let t = Instant::now();
+                store.create(&format!("/registry/pods/bench/p-{w}-{n}"), value.to_vec()).await?;
+                lat.push(t.elapsed());
+            }
+            anyhow::Ok(lat)
+        });
+    }
+    let mut samples = Samples::default();
+    while let Some(r) = tasks.join_next().await {
+        samples.0.extend(r??);
+    }
+    Ok((started.elapsed(), samples))
+}
+
+/// `total` GETs of the pods [`create_pods`] made, spread over the clients.
+async fn get_pods(
+    clients: &[kube::Client],
+    namespace: &str,
+    created: usize,
+    total: usize,
+) -> anyhow::Result<(Duration, Samples)> {
+    let per_client_created = created.div_ceil(clients.len()).max(1);
+    let per_client = total.div_ceil(clients.len());
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, client) in clients.iter().enumerate() {
+        let api = Api::<Pod>::namespaced(client.clone(), namespace);
+        let own = per_client_created.min(created.saturating_sub(c * per_client_created));
+        tasks.spawn(async move {
+            let mut lat = Vec::with_capacity(per_client);
+            if own == 0 {
+                return anyhow::Ok(lat);
+            }
+            for n in 0..per_client {
+                let name = format!("p-{c}-{}", (n * 7919) % own);
+                let t = Instant::now();
+                api.get(&name).await.with_context(|| format!("get {name}"))?;
+                lat.push(t.elapsed());
+            }
+            anyhow::Ok(lat)
+        });
+    }
+    let mut samples = Samples::default();
+    while let Some(r) = tasks.join_next().await {
+        samples.0.extend(r??);
+    }
+    Ok((started.elapsed(), samples))
+}
+
+/// Opens `watchers` watches on namespace `watch` (spread over the clients), waits until the
+/// server counts them all, then creates `writes` pods 20 ms apart, each stamped with its
+/// create time; every watcher records the delay to each ADDED event. Returns the delays and
+/// the number of deliveries expected.
+async fn watch_latency(
+    admin: &kube::Client,
+    clients: &[kube::Client],
+    watchers: usize,
+    writes: usize,
+) -> anyhow::Result<(Samples, usize)> {
+    create_namespace(admin, "watch").await?;
+    let api = Api::<Pod>::namespaced(admin.clone(), "watch");
+    let rv = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap_or_default();
+    let before = metric_sum(&scrape(admin).await?, "apiserver_registered_watchers{group=\"\",resource=\"pods\"}");
+    let delays = Arc::new(Mutex::new(Vec::with_capacity(watchers * writes)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..watchers {
+        let api = Api::<Pod>::namespaced(clients[w % clients.len()].clone(), "watch");
+        let (rv, delays) = (rv.clone(), delays.clone());
+        let stream =
+            api.watch(&WatchParams::default().timeout(290), &rv).await.with_context(|| format!("watch {w}"))?;
+        tasks.spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            let mut seen = 0;
+            while seen < writes {
+                let Ok(Some(event)) = stream.try_next().await else { break };
+                if let WatchEvent::Added(pod) = event {
+                    let now = unix_nanos();
+                    let sent = pod.metadata.annotations.as_ref().and_then(|a| a.get(SENT_ANNOTATION));
+                    if let Some(sent) = sent.and_then(|s| s.parse::<u128>().ok()) {
+                        let d = Duration::from_nanos(now.saturating_sub(sent) as u64);
+                        delays.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+                    }
+                    seen += 1;
+                }
+            }
+        });
+    }
+    // Every watch is registered with the server before the first write.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = scrape(admin).await?;
+        let now = metric_sum(&text, "apiserver_registered_watchers{group=\"\",resource=\"pods\"}");
+        if now - before >= watchers as f64 {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "only {} of {watchers} watches registered", now - before);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for n in 0..writes {
+        tick.tick().await;
+        let annotations = BTreeMap::from([(SENT_ANNOTATION.to_string(), unix_nanos().to_string())]);
+        api.create(&PostParams::default(), &bench_pod(&format!("w-{n}"), Some(annotations))).await?;
+    }
+    let all_done = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(Duration::from_secs(60), all_done).await.is_err() {
+        eprintln!("some watchers did not see every create within 60 s");
+    }
+    let delays = std::mem::take(&mut *delays.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok((Samples(delays), watchers * writes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_pods_avoid_every_scheduler() {
+        let pod = bench_pod("p", None);
+        assert_eq!(pod.spec.unwrap().scheduler_name.as_deref(), Some(NO_SCHEDULER));
+    }
+}

@@ -52,7 +52,11 @@ async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
 
 /// kube-controller-manager's node lifecycle controller: NotReady/Unknown, taints, eviction.
 async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
-    skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, Default::default()).await?;
+    let cfg = skiff_kubelet::nodelifecycle::NodeLifecycleConfig {
+        node_monitor_grace_period: ctx.args.node_monitor_grace_period,
+        ..Default::default()
+    };
+    skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg).await?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod bench;
 mod components;
 mod images;
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Run the control plane (API server, store, controllers, scheduler) and a local node.
     Server(server::ServerArgs),
+    /// Join this machine (or simulated nodes) to a cluster as a node agent.
+    Agent(agent::AgentArgs),
     /// Run a benchmark and print its figures next to the baselines measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -51,6 +54,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => server::run(args).await,
+            Command::Agent(args) => agent::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Images(cmd) => images::run(cmd).await,
             Command::Killall(args) => {

@@ -56,6 +56,21 @@ pub struct ServerArgs {
     /// limit). kube-apiserver's flag.
     #[arg(long, default_value_t = skiff_apiserver::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     pub max_mutating_requests_inflight: usize,
+    /// CA bundle (PEM) that signed the etcd servers' certificates, for `https://` endpoints
+    /// (kube-apiserver's flag).
+    #[arg(long = "etcd-cafile", env = "SKIFF_ETCD_CAFILE")]
+    pub etcd_cafile: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd (kube-apiserver's flag).
+    #[arg(long = "etcd-certfile", env = "SKIFF_ETCD_CERTFILE", requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<PathBuf>,
+    /// Private key (PEM) of `--etcd-certfile` (kube-apiserver's flag).
+    #[arg(long = "etcd-keyfile", env = "SKIFF_ETCD_KEYFILE", requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<PathBuf>,
+    /// How long a node may miss heartbeats before the node lifecycle controller marks it
+    /// Unknown and taints it (kube-controller-manager's flag), e.g. `40s`. Must exceed the
+    /// nodes' 10 s lease renew interval.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub node_monitor_grace_period: Duration,
     /// Pod network of the cluster (k3s's flag). The local node's pod CIDR is the first /24 of
     /// it (or the range itself when it is /24 or smaller).
     #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]
@@ -164,7 +179,14 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc
     };
     match &args.datastore_endpoint {
         Some(list) if !list.trim().is_empty() => {
-            let cfg = skiff_store::etcd::EtcdConfig::from_endpoint_list(list)?;
+            let mut cfg = skiff_store::etcd::EtcdConfig::from_endpoint_list(list)?;
+            if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
+                cfg.tls = Some(skiff_store::etcd::EtcdTls {
+                    ca_file: args.etcd_cafile.clone(),
+                    cert_file: args.etcd_certfile.clone(),
+                    key_file: args.etcd_keyfile.clone(),
+                });
+            }
             // etcd may still be starting (e.g. started by the same script): retry for a minute.
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
@@ -190,7 +212,8 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
@@ -231,6 +254,11 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     api.wait_ready().await;
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, url = api.url(), "API server ready");
     eprintln!("skiff server is ready at {}\nexport KUBECONFIG={}", api.url(), api.kubeconfig_path().display());
+    eprintln!(
+        "to join another machine: skiff agent --server https://<this host>:{} --token-file <copy of {}>",
+        api.local_addr().port(),
+        skiff_apiserver::join::token_path(&data_dir).display()
+    );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();

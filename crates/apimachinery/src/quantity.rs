@@ -226,36 +226,42 @@ mod tests {
     }
 
     #[test]
-    fn cpu_quantities_parse_to_millicores() {
-        assert_eq!(parse_scaled("100m", 3), Ok(100));
-        assert_eq!(parse_scaled("2", 3), Ok(2000));
-        assert_eq!(parse_scaled("0.5", 3), Ok(500));
-        assert_eq!(parse_scaled("1.25", 3), Ok(1250));
-        assert_eq!(parse_scaled("1e3", 0), Ok(1000));
+    fn quantities_scale_exactly_to_milli_units_and_bytes() {
+        let cases = [
+            ("100m", 3, 100),
+            ("2", 3, 2000),
+            ("0.5", 3, 500),
+            ("1.25", 3, 1250),
+            ("1e3", 0, 1000),
+            ("128Mi", 0, 128 * 1024 * 1024),
+            ("1Gi", 0, 1 << 30),
+            ("1G", 0, 1_000_000_000),
+            ("1.5Gi", 0, 3 << 29),
+            ("500k", 0, 500_000),
+        ];
+        for (q, scale, want) in cases {
+            assert_eq!(parse_scaled(q, scale), Ok(want), "{q} x10^{scale}");
+        }
         assert_eq!(milli_value(&Quantity("250m".into())), Ok(250));
-    }
-
-    #[test]
-    fn memory_quantities_parse_to_bytes() {
-        assert_eq!(parse_scaled("128Mi", 0), Ok(128 * 1024 * 1024));
-        assert_eq!(parse_scaled("1Gi", 0), Ok(1 << 30));
-        assert_eq!(parse_scaled("1G", 0), Ok(1_000_000_000));
-        assert_eq!(parse_scaled("1.5Gi", 0), Ok(3 << 29));
-        assert_eq!(parse_scaled("500k", 0), Ok(500_000));
         assert_eq!(value(&Quantity("1Ki".into())), Ok(1024));
     }
 
     #[test]
     fn fractions_of_the_unit_round_away_from_zero() {
-        assert_eq!(parse_scaled("1m", 0), Ok(1));
-        assert_eq!(parse_scaled("100m", 0), Ok(1));
-        assert_eq!(parse_scaled("100n", 3), Ok(1));
-        assert_eq!(parse_scaled("0.0001", 3), Ok(1));
-        assert_eq!(parse_scaled("1.0001", 0), Ok(2));
-        assert_eq!(parse_scaled("-1.5", 0), Ok(-2));
-        assert_eq!(parse_scaled("1e-400", 0), Ok(1));
-        assert_eq!(parse_scaled("0", 3), Ok(0));
-        assert_eq!(parse_scaled("0e999999999", 3), Ok(0));
+        let cases = [
+            ("1m", 0, 1),
+            ("100m", 0, 1),
+            ("100n", 3, 1),
+            ("0.0001", 3, 1),
+            ("1.0001", 0, 2),
+            ("-1.5", 0, -2),
+            ("1e-400", 0, 1),
+            ("0", 3, 0),
+            ("0e999999999", 3, 0),
+        ];
+        for (q, scale, want) in cases {
+            assert_eq!(parse_scaled(q, scale), Ok(want), "{q} x10^{scale}");
+        }
     }
 
     #[test]

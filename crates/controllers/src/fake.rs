@@ -158,8 +158,7 @@ impl FakeApi {
 
     /// Every stored object of a resource.
     pub fn objects(&self, resource: &ApiResource) -> Vec<Value> {
-        let prefix = format!("{}/{}", resource.group, resource.plural);
-        self.state.lock().objects.iter().filter(|(k, _)| k.0 == prefix).map(|(_, v)| v.clone()).collect()
+        self.state.lock().objects.iter().filter(|(k, _)| in_scope(k, resource, None)).map(|(_, v)| v.clone()).collect()
     }
 
     fn record(&self, st: &mut State, action: Action) -> Result<(), ApiError> {
@@ -177,6 +176,41 @@ impl FakeApi {
         st.resource_version += 1;
         st.resource_version.to_string()
     }
+
+    /// Locks the state and records `action` (failing with an injected error, if any).
+    fn begin(&self, action: Action) -> Result<parking_lot::MutexGuard<'_, State>, ApiError> {
+        let mut st = self.state.lock();
+        self.record(&mut st, action)?;
+        Ok(st)
+    }
+
+    /// Stores a written object under a new resourceVersion, or removes it when the write left a
+    /// deleted object without finalizers (status writes never finalize), and returns it.
+    fn store_write(st: &mut State, resource: &ApiResource, k: Key, mut obj: Value, subresource: Option<&str>) -> Value {
+        let rv = Self::next_rv(st);
+        set_meta(&mut obj, "resourceVersion", json!(rv));
+        if subresource != Some("status") && finalized(resource, &obj) {
+            st.objects.remove(&k);
+        } else {
+            st.objects.insert(k, obj.clone());
+        }
+        obj
+    }
+}
+
+/// The stored object's key and a copy of it, or 404 `NotFound`.
+fn stored(st: &State, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Result<(Key, Value), ApiError> {
+    let k = key(resource, namespace, name);
+    match st.objects.get(&k) {
+        Some(obj) => Ok((k, obj.clone())),
+        None => Err(ApiError::not_found(&resource.group, &resource.plural, name)),
+    }
+}
+
+/// Whether `k` is an object of `resource`, in `namespace` when one is given.
+fn in_scope(k: &Key, resource: &ApiResource, namespace: Option<&str>) -> bool {
+    k.0.split_once('/') == Some((resource.group.as_str(), resource.plural.as_str()))
+        && namespace.is_none_or(|ns| k.1 == ns)
 }
 
 fn action(verb: &'static str, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Action {
@@ -218,12 +252,8 @@ fn finalizers(obj: &Value) -> Vec<String> {
 #[async_trait]
 impl ApiClient for FakeApi {
     async fn get(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
-        let mut st = self.state.lock();
-        self.record(&mut st, action("get", resource, namespace, name))?;
-        st.objects
-            .get(&key(resource, namespace, name))
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&resource.group, &resource.plural, name))
+        let st = self.begin(action("get", resource, namespace, name))?;
+        stored(&st, resource, namespace, name).map(|(_, obj)| obj)
     }
 
     async fn list(
@@ -232,17 +262,15 @@ impl ApiClient for FakeApi {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<Value>, ApiError> {
-        let mut st = self.state.lock();
-        self.record(&mut st, action("list", resource, namespace, ""))?;
+        let st = self.begin(action("list", resource, namespace, ""))?;
         let selector = match label_selector {
             Some(s) => LabelSelector::parse(s).map_err(ApiError::bad_request)?,
             None => LabelSelector::everything(),
         };
-        let prefix = format!("{}/{}", resource.group, resource.plural);
         Ok(st
             .objects
             .iter()
-            .filter(|(k, v)| k.0 == prefix && namespace.is_none_or(|ns| k.1 == ns) && selector.matches_object(v))
+            .filter(|(k, v)| in_scope(k, resource, namespace) && selector.matches_object(v))
             .map(|(_, v)| v.clone())
             .collect())
     }
@@ -288,22 +316,18 @@ impl ApiClient for FakeApi {
         object: &Value,
         subresource: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let mut st = self.state.lock();
         let mut act = action("update", resource, namespace, name);
         act.subresource = subresource.map(str::to_string);
         act.body = Some(object.clone());
-        self.record(&mut st, act)?;
-        let k = key(resource, namespace, name);
-        let Some(stored) = st.objects.get(&k).cloned() else {
-            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
-        };
+        let mut st = self.begin(act)?;
+        let (k, stored) = stored(&st, resource, namespace, name)?;
         if let Some(rv) = meta_str(object, "resourceVersion")
             && !rv.is_empty()
             && Some(rv) != meta_str(&stored, "resourceVersion")
         {
             return Err(ApiError::conflict(&resource.group, &resource.plural, name));
         }
-        let mut new = match subresource {
+        let new = match subresource {
             Some("status") => {
                 // Like Kubernetes' status strategies: spec is kept; metadata.annotations from the
                 // request are kept too (the deployment controller records revisions that way).
@@ -335,14 +359,7 @@ impl ApiClient for FakeApi {
                 n
             }
         };
-        let rv = Self::next_rv(&mut st);
-        set_meta(&mut new, "resourceVersion", json!(rv));
-        if subresource != Some("status") && finalized(resource, &new) {
-            st.objects.remove(&k);
-        } else {
-            st.objects.insert(k, new.clone());
-        }
-        Ok(new)
+        Ok(Self::store_write(&mut st, resource, k, new, subresource))
     }
 
     async fn patch(
@@ -354,16 +371,12 @@ impl ApiClient for FakeApi {
         patch: &Value,
         subresource: Option<&str>,
     ) -> Result<Value, ApiError> {
-        let mut st = self.state.lock();
         let mut act = action("patch", resource, namespace, name);
         act.subresource = subresource.map(str::to_string);
         act.body = Some(patch.clone());
         act.patch_type = Some(patch_type);
-        self.record(&mut st, act)?;
-        let k = key(resource, namespace, name);
-        let Some(mut obj) = st.objects.get(&k).cloned() else {
-            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
-        };
+        let mut st = self.begin(act)?;
+        let (k, mut obj) = stored(&st, resource, namespace, name)?;
         if let Some(rv) = meta_str(patch, "resourceVersion")
             && Some(rv) != meta_str(&obj, "resourceVersion")
         {
@@ -382,14 +395,7 @@ impl ApiClient for FakeApi {
                 json_patch::patch(&mut obj, &p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
             }
         }
-        let rv = Self::next_rv(&mut st);
-        set_meta(&mut obj, "resourceVersion", json!(rv));
-        if subresource != Some("status") && finalized(resource, &obj) {
-            st.objects.remove(&k);
-        } else {
-            st.objects.insert(k, obj.clone());
-        }
-        Ok(obj)
+        Ok(Self::store_write(&mut st, resource, k, obj, subresource))
     }
 
     async fn delete(
@@ -399,14 +405,10 @@ impl ApiClient for FakeApi {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<(), ApiError> {
-        let mut st = self.state.lock();
         let mut act = action("delete", resource, namespace, name);
         act.delete_options = Some(options.clone());
-        self.record(&mut st, act)?;
-        let k = key(resource, namespace, name);
-        let Some(mut obj) = st.objects.get(&k).cloned() else {
-            return Err(ApiError::not_found(&resource.group, &resource.plural, name));
-        };
+        let mut st = self.begin(act)?;
+        let (k, mut obj) = stored(&st, resource, namespace, name)?;
         if let Some(uid) = &options.precondition_uid
             && Some(uid.as_str()) != meta_str(&obj, "uid")
         {
@@ -441,16 +443,10 @@ impl ApiClient for FakeApi {
         options: &DeleteOptions,
     ) -> Result<(), ApiError> {
         let names: Vec<String> = {
-            let mut st = self.state.lock();
             let mut act = action("deletecollection", resource, namespace, "");
             act.delete_options = Some(options.clone());
-            self.record(&mut st, act)?;
-            let prefix = format!("{}/{}", resource.group, resource.plural);
-            st.objects
-                .keys()
-                .filter(|k| k.0 == prefix && namespace.is_none_or(|ns| k.1 == ns))
-                .map(|k| k.2.clone())
-                .collect()
+            let st = self.begin(act)?;
+            st.objects.keys().filter(|k| in_scope(k, resource, namespace)).map(|k| k.2.clone()).collect()
         };
         for name in names {
             let mut st = self.state.lock();
@@ -468,11 +464,8 @@ impl ApiClient for FakeApi {
     }
 
     async fn discover(&self) -> Result<Vec<DiscoveredResource>, ApiError> {
-        let mut st = self.state.lock();
-        self.record(
-            &mut st,
-            action("discover", &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), None, ""),
-        )?;
+        let st =
+            self.begin(action("discover", &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()), None, ""))?;
         Ok(st.discovery.clone())
     }
 }

@@ -293,3 +293,44 @@ fn kubectl_works_against_an_etcd_datastore() {
     s.ok(&["delete", "configmap", "e1"]);
     assert!(s.fails(&["get", "configmap", "e1"]).contains("NotFound"));
 }
+
+#[test]
+fn kubectl_works_against_a_tls_etcd_with_client_certificates() {
+    use skiff_store::etcd::harness::{EtcdCluster, HarnessOptions, HarnessTls};
+    if std::process::Command::new("etcd").arg("--version").output().is_err() {
+        eprintln!("\n*** SKIPPED kubectl_works_against_a_tls_etcd_with_client_certificates: no `etcd` on PATH ***\n");
+        return;
+    }
+    // A CA, a serving certificate for 127.0.0.1 and a client certificate, made with skiff's PKI.
+    let pki_dir = tempfile::tempdir().unwrap();
+    skiff_apiserver::pki::Pki::load_or_generate(pki_dir.path(), &["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap();
+    let file = |name: &str| pki_dir.path().join(name);
+    let tls = HarnessTls {
+        ca_file: file("ca.crt"),
+        server_cert_file: file("serving.crt"),
+        server_key_file: file("serving.key"),
+        client_cert_file: file("admin.crt"),
+        client_key_file: file("admin.key"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let etcd = runtime
+        .block_on(EtcdCluster::start_with(HarnessOptions { tls: Some(tls), ..HarnessOptions::default() }))
+        .expect("starting etcd with TLS");
+    assert!(etcd.endpoint(0).starts_with("https://"));
+    let (ca, cert, key) = (file("ca.crt"), file("admin.crt"), file("admin.key"));
+    let s = Server::start_with(&[
+        "--datastore-endpoint",
+        &etcd.endpoint(0),
+        "--etcd-cafile",
+        ca.to_str().unwrap(),
+        "--etcd-certfile",
+        cert.to_str().unwrap(),
+        "--etcd-keyfile",
+        key.to_str().unwrap(),
+    ]);
+    s.ok(&["create", "configmap", "over-tls", "--from-literal=k=v"]);
+    assert_eq!(s.ok(&["get", "configmap", "over-tls", "-o", "jsonpath={.data.k}"]), "v");
+    drop(s);
+    drop(etcd);
+}

@@ -226,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn quantities_scale_exactly_to_milli_units_and_bytes() {
+    fn quantities_scale_exactly_rounding_fractions_away_from_zero() {
         let cases = [
             ("100m", 3, 100),
             ("2", 3, 2000),
@@ -238,17 +238,7 @@ mod tests {
             ("1G", 0, 1_000_000_000),
             ("1.5Gi", 0, 3 << 29),
             ("500k", 0, 500_000),
-        ];
-        for (q, scale, want) in cases {
-            assert_eq!(parse_scaled(q, scale), Ok(want), "{q} x10^{scale}");
-        }
-        assert_eq!(milli_value(&Quantity("250m".into())), Ok(250));
-        assert_eq!(value(&Quantity("1Ki".into())), Ok(1024));
-    }
-
-    #[test]
-    fn fractions_of_the_unit_round_away_from_zero() {
-        let cases = [
+            // Fractions of the unit round away from zero.
             ("1m", 0, 1),
             ("100m", 0, 1),
             ("100n", 3, 1),
@@ -262,6 +252,8 @@ mod tests {
         for (q, scale, want) in cases {
             assert_eq!(parse_scaled(q, scale), Ok(want), "{q} x10^{scale}");
         }
+        assert_eq!(milli_value(&Quantity("250m".into())), Ok(250));
+        assert_eq!(value(&Quantity("1Ki".into())), Ok(1024));
     }
 
     #[test]

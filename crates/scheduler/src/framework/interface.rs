@@ -126,36 +126,26 @@ macro_rules! extension_points {
 /// (PreFilter skipped) nothing is updated. Used inside `impl PreFilterPlugin for P { ... }`.
 #[macro_export]
 macro_rules! pre_filter_extensions {
+    (@update $method:ident, $other:ident, $delta:literal, $state:ty, $key:expr) => {
+        fn $method(
+            &self,
+            state: &mut $crate::framework::CycleState,
+            pod: &$crate::framework::PodInfo,
+            $other: &::std::sync::Arc<$crate::framework::PodInfo>,
+            node: &$crate::framework::NodeInfo,
+        ) -> $crate::framework::Status {
+            if let ::std::option::Option::Some(s) = state.read_mut::<$state>($key) {
+                s.update_with_pod(pod, $other, node, $delta);
+            }
+            $crate::framework::Status::success()
+        }
+    };
     ($state:ty, $key:expr) => {
         fn has_extensions(&self) -> bool {
             true
         }
-
-        fn add_pod(
-            &self,
-            state: &mut $crate::framework::CycleState,
-            pod: &$crate::framework::PodInfo,
-            pod_to_add: &::std::sync::Arc<$crate::framework::PodInfo>,
-            node: &$crate::framework::NodeInfo,
-        ) -> $crate::framework::Status {
-            if let ::std::option::Option::Some(s) = state.read_mut::<$state>($key) {
-                s.update_with_pod(pod, pod_to_add, node, 1);
-            }
-            $crate::framework::Status::success()
-        }
-
-        fn remove_pod(
-            &self,
-            state: &mut $crate::framework::CycleState,
-            pod: &$crate::framework::PodInfo,
-            pod_to_remove: &::std::sync::Arc<$crate::framework::PodInfo>,
-            node: &$crate::framework::NodeInfo,
-        ) -> $crate::framework::Status {
-            if let ::std::option::Option::Some(s) = state.read_mut::<$state>($key) {
-                s.update_with_pod(pod, pod_to_remove, node, -1);
-            }
-            $crate::framework::Status::success()
-        }
+        $crate::pre_filter_extensions!(@update add_pod, pod_to_add, 1, $state, $key);
+        $crate::pre_filter_extensions!(@update remove_pod, pod_to_remove, -1, $state, $key);
     };
 }
 

@@ -45,7 +45,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, params};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-pub use schema::{WRITER_PRAGMAS, configure_durable_connection};
+pub use schema::{PAGE_SIZE, WRITER_PRAGMAS, configure_durable_connection};
 
 use self::hub::{Hub, Register, Status, WATCH_CHANNEL_CAPACITY};
 use self::schema::{Create, OwnerLock, internal};

@@ -11,6 +11,12 @@
 //!   dir unless `--etcd-endpoint` is given; between phases it compacts and defragments its own
 //!   etcd so that every phase starts from the same state).
 //!
+//! - compaction stall: the embedded backend with `--compaction-history` history rows (updates
+//!   of 1,000 keys); `--compaction-writers` writers create keys first without compaction (the
+//!   baseline), then while a compaction of that whole history runs. The worst and p99 write
+//!   latency of both are printed side by side: issue 2 demands that compaction never stall
+//!   writers for more than a few milliseconds.
+//!
 //! Every write carries the same bytes: a key `/registry/bench/<phase>/<writer>/<n>` and a value
 //! of `--value-size` bytes. The ratios printed at the end are the issue's targets.
 
@@ -52,6 +58,12 @@ pub struct StoreArgs {
     /// The disk under it is what is measured.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// History rows (updates of 1,000 keys) written before the compaction-stall phase; 0 skips it.
+    #[arg(long, default_value_t = 50_000)]
+    compaction_history: u64,
+    /// Concurrent writers whose latency is measured in the compaction-stall phase.
+    #[arg(long, default_value_t = 1)]
+    compaction_writers: usize,
     /// Skip the embedded SQLite backend and its baselines.
     #[arg(long)]
     skip_sqlite: bool,
@@ -100,9 +112,25 @@ impl Measured {
 struct Report {
     raw_sqlite_commit: Option<Measured>,
     raw_sqlite_batched: Option<Measured>,
+    raw_sqlite_indexed: Option<Measured>,
     sqlite: Vec<(usize, Measured)>,
     raw_etcd: Vec<(usize, Measured)>,
     etcd: Vec<(usize, Measured)>,
+    compaction: Option<CompactionStall>,
+}
+
+/// What the compaction-stall phase measured.
+struct CompactionStall {
+    writers: usize,
+    history_rows: u64,
+    /// Writes without a compaction running (same store, same writers, just before).
+    baseline: Measured,
+    /// Writes while the compaction ran.
+    during: Measured,
+    /// From `compact()` to the last history row removed.
+    took: Duration,
+    chunks: u64,
+    longest_chunk: Duration,
 }
 
 /// Runs the benchmark and prints the figures.
@@ -133,12 +161,23 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         let m = raw_sqlite_batched(&work.path().join("raw-batched.db"), &value, limit, args.batch_rows).await?;
         print_row(&format!("raw SQLite, {} rows per durable commit", args.batch_rows), &m);
         report.raw_sqlite_batched = Some(m);
+        let m = raw_sqlite_indexed(&work.path().join("raw-indexed.db"), &value, limit).await?;
+        print_row("raw SQLite, backend's schema + key index, 256 rows/commit", &m);
+        report.raw_sqlite_indexed = Some(m);
         for &writers in &args.concurrency {
             let path = work.path().join(format!("skiff-{writers}.db"));
             let store = open_sqlite(&path)?;
             let m = drive_backend(store, &format!("sqlite{writers}"), writers, limit, &value).await?;
             print_row(&format!("embedded SQLite backend, {writers} writers"), &m);
             report.sqlite.push((writers, m));
+        }
+        if args.compaction_history > 0 {
+            anyhow::ensure!(args.compaction_writers > 0, "--compaction-writers must be positive");
+            let path = work.path().join("skiff-compaction.db");
+            let c = compaction_stall(&path, &value, args.compaction_history, args.compaction_writers, limit).await?;
+            print_row(&format!("embedded, {} writers, no compaction (baseline)", c.writers), &c.baseline);
+            print_row(&format!("embedded, {} writers, compacting {} rows", c.writers, c.history_rows), &c.during);
+            report.compaction = Some(c);
         }
     }
     if !args.skip_etcd {
@@ -229,6 +268,16 @@ fn print_summary(report: &Report) {
                 if *writers == 256 { format!("  target >= 50%: {}", verdict(ratio >= 0.5)) } else { String::new() };
             println!("  embedded, {writers:>3} writers / raw batched SQLite: {:>6.1}%{target}", ratio * 100.0);
         }
+        if let (Some(indexed), Some((_, m))) =
+            (&report.raw_sqlite_indexed, report.sqlite.iter().find(|(w, _)| *w == 256))
+        {
+            println!(
+                "  embedded, 256 writers / raw SQLite with the same schema, 256 rows per commit: {:>6.1}% \
+                 (raw indexed / raw batched: {:.1}%)",
+                m.rate() / indexed.rate() * 100.0,
+                indexed.rate() / batched.rate() * 100.0
+            );
+        }
     }
     if let (Some(commit), Some((_, single))) = (&report.raw_sqlite_commit, report.sqlite.iter().find(|(w, _)| *w == 1))
     {
@@ -237,6 +286,24 @@ fn print_summary(report: &Report) {
         println!(
             "  embedded single-writer latency / one raw durable commit: p50 {p50:.2}x, p99 {p99:.2}x  target <= 2x: {}",
             verdict(p50 <= 2.0)
+        );
+    }
+    if let Some(c) = &report.compaction {
+        let worst = |m: &Measured| m.latencies.last().copied().unwrap_or_default();
+        let extra = worst(&c.during).saturating_sub(worst(&c.baseline));
+        println!(
+            "  compaction of {} history rows took {:.2} s in {} transactions (longest {}); writes meanwhile: \
+             worst {} vs {} without (extra {}), p99 {} vs {}  target: extra stall of a few ms: {}",
+            c.history_rows,
+            c.took.as_secs_f64(),
+            c.chunks,
+            fmt_duration(c.longest_chunk),
+            fmt_duration(worst(&c.during)),
+            fmt_duration(worst(&c.baseline)),
+            fmt_duration(extra),
+            fmt_duration(c.during.quantile(0.99)),
+            fmt_duration(c.baseline.quantile(0.99)),
+            verdict(extra <= Duration::from_millis(5)),
         );
     }
     for (writers, m) in &report.etcd {
@@ -321,6 +388,119 @@ where
     if let Some(e) = first_error {
         return Err(e);
     }
+    Ok(Measured::new(done.load(Ordering::Relaxed), elapsed, latencies))
+}
+
+/// The compaction-stall phase: fills a fresh embedded store with `history` rows (creates, then
+/// updates, of 1,000 keys, from 256 writers), measures `writers` writers creating new keys for
+/// the phase's limit, then compacts the whole history and measures the same writers until the
+/// last superseded row is gone.
+async fn compaction_stall(
+    path: &Path,
+    value: &Arc<Vec<u8>>,
+    history: u64,
+    writers: usize,
+    limit: Limit,
+) -> anyhow::Result<CompactionStall> {
+    const KEYS: u64 = 1000;
+    const FILLERS: u64 = 256;
+    let options = skiff_store::Options { compaction_interval: None, ..Default::default() };
+    let store = Arc::new(SqliteBackend::open(path, options).with_context(|| format!("opening {}", path.display()))?);
+    let bar = spinner(&format!("compaction: writing {history} history rows"));
+    let mut fillers = Vec::new();
+    for f in 0..FILLERS.min(history) {
+        let (store, value) = (store.clone(), value.clone());
+        // Filler f owns keys f, f + 256, ... and writes its share of the history round-robin.
+        let keys: Vec<u64> = (f..KEYS).step_by(FILLERS as usize).collect();
+        let share = history / FILLERS.min(history) + u64::from(f < history % FILLERS.min(history));
+        fillers.push(tokio::spawn(async move {
+            let mut revs: Vec<Option<i64>> = vec![None; keys.len()];
+            for n in 0..share as usize {
+                let i = n % keys.len();
+                let key = format!("/registry/bench/compaction/{}", keys[i]);
+                let rev = match revs[i] {
+                    None => store.create(&key, value.to_vec()).await,
+                    Some(r) => store.update(&key, value.to_vec(), r).await,
+                };
+                revs[i] = Some(rev.with_context(|| format!("writing {key}"))?);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for f in fillers {
+        f.await??;
+    }
+    bar.finish_and_clear();
+
+    let baseline_for = match limit {
+        Limit::Duration(d) => d,
+        Limit::Count(_) => Duration::from_secs(2),
+    };
+    let start = Instant::now();
+    let baseline =
+        drive_while(store.clone(), "compactbase", writers, value, move || start.elapsed() < baseline_for).await?;
+    let target = store.current_revision().await?;
+    let before = store.stats();
+    let started = Instant::now();
+    store.compact(target).await.context("compacting")?;
+    let watched = store.clone();
+    let during =
+        drive_while(store.clone(), "compacting", writers, value, move || watched.stats().compacted_through < target)
+            .await?;
+    let took = started.elapsed();
+    let after = store.stats();
+    Ok(CompactionStall {
+        writers,
+        history_rows: history,
+        baseline,
+        during,
+        took,
+        chunks: after.compaction_chunks - before.compaction_chunks,
+        longest_chunk: after.longest_compaction_chunk,
+    })
+}
+
+/// `writers` tasks creating keys through `store` while `keep_going()` holds (checked every
+/// 5 ms), timing every create.
+async fn drive_while(
+    store: Arc<SqliteBackend>,
+    phase: &str,
+    writers: usize,
+    value: &Arc<Vec<u8>>,
+    keep_going: impl Fn() -> bool,
+) -> anyhow::Result<Measured> {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let bar = spinner(&format!("backend {phase}"));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let (store, value, stop, done) = (store.clone(), value.clone(), stop.clone(), done.clone());
+        let phase = phase.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("/registry/bench/{phase}/{writer}/{n}");
+                let t = Instant::now();
+                store.create(&key, value.to_vec()).await.with_context(|| format!("create {key}"))?;
+                latencies.push(t.elapsed());
+                done.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    while keep_going() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    let elapsed = start.elapsed();
+    bar.finish_and_clear();
     Ok(Measured::new(done.load(Ordering::Relaxed), elapsed, latencies))
 }
 
@@ -447,6 +627,52 @@ async fn raw_sqlite_batched(path: &Path, value: &Arc<Vec<u8>>, limit: Limit, bat
                 for _ in 0..batch {
                     let key = format!("/registry/bench/rawbatch/0/{rows}");
                     insert.execute(rusqlite::params![key.as_bytes(), value.as_slice()])?;
+                    rows += 1;
+                }
+            }
+            tx.commit()?;
+            latencies.push(t.elapsed());
+        }
+        Ok(Measured::new(rows, start.elapsed(), latencies))
+    })
+    .await?;
+    bar.finish_and_clear();
+    result
+}
+
+/// The ceiling of the embedded backend's write path in plain SQLite: the backend's table and
+/// `(key, rev)` index, its page size, 256 rows per durable commit (what 256 writers can give
+/// one group commit) with keys spread like 256 writers' keys. Reports rows/s; latencies are
+/// per transaction.
+async fn raw_sqlite_indexed(path: &Path, value: &Arc<Vec<u8>>, limit: Limit) -> anyhow::Result<Measured> {
+    const ROWS: u64 = 256;
+    let (path, value) = (path.to_path_buf(), value.clone());
+    let bar = spinner("raw SQLite, indexed");
+    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<Measured> {
+        let mut conn = rusqlite::Connection::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        conn.pragma_update(None, "page_size", skiff_store::sqlite::PAGE_SIZE)?;
+        skiff_store::sqlite::configure_durable_connection(&conn)?;
+        for (name, value) in skiff_store::sqlite::WRITER_PRAGMAS {
+            conn.pragma_update(None, name, value)?;
+        }
+        conn.execute_batch(
+            "CREATE TABLE kv (rev INTEGER PRIMARY KEY, key BLOB NOT NULL, create_rev INTEGER NOT NULL, \
+             prev_rev INTEGER NOT NULL, deleted INTEGER NOT NULL, value BLOB NOT NULL); \
+             CREATE INDEX kv_key_rev ON kv (key, rev);",
+        )?;
+        let mut latencies = Vec::new();
+        let start = Instant::now();
+        let mut rows = 0u64;
+        while !reached(limit, start, rows) {
+            let t = Instant::now();
+            let tx = conn.transaction()?;
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO kv (rev, key, create_rev, prev_rev, deleted, value) VALUES (?1, ?2, ?1, 0, 0, ?3)",
+                )?;
+                for _ in 0..ROWS {
+                    let key = format!("/registry/bench/rawindexed/{}/{}", rows % ROWS, rows / ROWS);
+                    insert.execute(rusqlite::params![rows as i64 + 1, key.as_bytes(), value.as_slice()])?;
                     rows += 1;
                 }
             }

@@ -47,7 +47,7 @@ INSERT INTO meta (name, value) VALUES
 /// writes (and fsyncs) whole pages into the WAL: with 2 KiB pages a write of a typical 2 KiB
 /// object costs about 4.5 KiB of WAL instead of about 7 KiB (its row needs one overflow page
 /// either way). Existing databases keep the page size they were created with.
-pub(super) const PAGE_SIZE: i64 = 2048;
+pub const PAGE_SIZE: i64 = 2048;
 
 /// How long any connection waits for a lock before failing. Only the writer thread writes, so
 /// waits are short (WAL recovery at open, a checkpoint's brief exclusive moments); a generous

@@ -206,7 +206,9 @@ pub fn json_path(obj: &Value, path: &str) -> Vec<Value> {
                         for x in a {
                             let matches = match x.get(k) {
                                 Some(Value::String(s)) => s == want,
-                                Some(other) if !other.is_null() => other.to_string() == *want,
+                                Some(other) if !other.is_null() => {
+                                    serde_json::from_str::<Value>(want).ok().as_ref() == Some(other)
+                                }
                                 _ => false,
                             };
                             if matches {

@@ -174,6 +174,12 @@ async fn apply_patch(
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
+    let body_ns = meta_str(patch, "namespace");
+    if def.namespaced && !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
     for field in ["apiVersion", "kind"] {
         if patch.get(field).and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(ApiError::bad_request(format!(

@@ -8,10 +8,11 @@
 //!   [`auth::Authenticator`], [`auth::Authorizer`]); [`admission`]: the admission seam.
 //! - [`registry`]: the table of served resources; [`discovery`] renders it.
 //! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
-//!   metrics, discovery roots; [`openapi`]: OpenAPI v3; [`protobuf`]: protobuf request bodies;
+//!   metrics, discovery roots; [`openapi`]: OpenAPI v2 and v3; [`protobuf`]: protobuf request bodies;
 //!   [`proxy`]: `pods/log` from the kubelet; [`streams`]: `pods/exec`, `pods/attach`, `pods/portforward`.
 //! - [`objects`]: Kubernetes object semantics over the store (the generic registry);
-//!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields).
+//!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields);
+//!   [`managedfields`]: server-side apply's field ownership (managedFields, conflicts).
 //! - [`watchcache`] and [`watch`]: one store watch per resource, fanned out to watchers.
 //! - [`table`]: server-side printing; [`machinery`]: the seam to `skiff-apimachinery`.
 //! - [`metrics`]: Prometheus metrics.

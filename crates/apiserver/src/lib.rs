@@ -7,6 +7,8 @@
 //! - [`auth`]: the authentication and authorization seams ([`auth::RequestUser`],
 //!   [`auth::Authenticator`], [`auth::Authorizer`]); [`admission`]: the admission seam.
 //! - [`registry`]: the table of served resources; [`discovery`] renders it.
+//! - [`crd`]: custom resources served from CustomResourceDefinitions (the CRD controller, schema
+//!   pruning/validation, printer columns); [`bootstrap`]: the system PriorityClasses.
 //! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
 //!   metrics, discovery roots; [`openapi`]: OpenAPI v2 and v3; [`protobuf`]: protobuf request bodies;
 //!   [`proxy`]: `pods/log` from the kubelet; [`streams`]: `pods/exec`, `pods/attach`, `pods/portforward`.

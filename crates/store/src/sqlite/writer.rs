@@ -50,9 +50,13 @@ pub(super) const COMPACTION_CHUNK: usize = 1024;
 /// its commit, about the longest a write waits for compaction.
 const COMPACTION_CHUNK_BUDGET: Duration = Duration::from_millis(1);
 /// After a compaction or vacuum step that took `t`, the writer leaves the database to writes
-/// for at least `t` (capped at this) before the next step, so compaction uses at most about
-/// half of the writer's time and of the disk even when no write is waiting.
-const BACKGROUND_PAUSE_MAX: Duration = Duration::from_millis(5);
+/// for [`BACKGROUND_PAUSE_FACTOR`]` × t` (within these bounds) before the next step, whether
+/// or not writes are waiting: compaction then takes a fifth of the writer's time at most, and
+/// each durable commit flushes at most one step's pages besides its own.
+const BACKGROUND_PAUSE_MIN: Duration = Duration::from_millis(1);
+const BACKGROUND_PAUSE_MAX: Duration = Duration::from_millis(20);
+/// See [`BACKGROUND_PAUSE_MIN`].
+const BACKGROUND_PAUSE_FACTOR: u32 = 4;
 /// How often the checkpointer thread copies new WAL frames into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// WAL length at which the writer finishes a checkpoint itself: the background checkpointer
@@ -127,9 +131,8 @@ pub(super) struct Writer {
     last_batch: usize,
     /// Pages per vacuum step, adapted to [`COMPACTION_CHUNK_BUDGET`].
     vacuum_pages: i64,
-    /// How long the last background step (compaction chunk, vacuum step) took: the writer
-    /// waits for writes at least that long before the next one.
-    background_pause: Duration,
+    /// No background step (compaction chunk, vacuum step) starts before this.
+    background_not_before: Instant,
 }
 
 /// Reads `meta.name`.
@@ -216,7 +219,7 @@ impl Writer {
             vacuum_pending: false,
             last_batch: 0,
             vacuum_pages: 16,
-            background_pause: Duration::ZERO,
+            background_not_before: Instant::now(),
         })
     }
 
@@ -241,7 +244,7 @@ impl Writer {
                 || self.shared.force_checkpoint.load(Ordering::Relaxed);
             let first = if background_work {
                 // Pace background work: writes that arrive meanwhile go first.
-                match rx.recv_timeout(self.background_pause) {
+                match rx.recv_timeout(self.background_not_before.saturating_duration_since(Instant::now())) {
                     Ok(r) => Some(r),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => break,
@@ -307,14 +310,16 @@ impl Writer {
                 seen_at_last_tick = Some(self.current);
                 next_tick = Some(Instant::now() + interval);
             }
-            if self.compact_cursor < self.compacted {
-                if let Err(e) = self.compact_chunk(COMPACTION_CHUNK) {
-                    tracing::warn!(error = %e, "compaction chunk failed; retrying later");
-                    // Do not spin on a persistent failure.
-                    std::thread::sleep(Duration::from_millis(50));
+            if Instant::now() >= self.background_not_before {
+                if self.compact_cursor < self.compacted {
+                    if let Err(e) = self.compact_chunk(COMPACTION_CHUNK) {
+                        tracing::warn!(error = %e, "compaction chunk failed; retrying later");
+                        // Do not spin on a persistent failure.
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                } else if self.vacuum_pending {
+                    self.vacuum_step();
                 }
-            } else if self.vacuum_pending {
-                self.vacuum_step();
             }
             self.maybe_checkpoint();
         }
@@ -437,7 +442,8 @@ impl Writer {
         }
         let restore = conn.pragma_update(None, "synchronous", "FULL");
         let took = started.elapsed();
-        self.background_pause = took.min(BACKGROUND_PAUSE_MAX);
+        self.background_not_before =
+            Instant::now() + (took * BACKGROUND_PAUSE_FACTOR).clamp(BACKGROUND_PAUSE_MIN, BACKGROUND_PAUSE_MAX);
         self.shared.stats.longest_chunk_micros.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
         let out = result.map_err(|e| internal(&self.path, e))?;
         restore.map_err(|e| internal(&self.path, e))?;
@@ -628,9 +634,10 @@ fn apply(
     }
 }
 
-/// The checkpointer thread's loop: every [`CHECKPOINT_EVERY`] after new commits, copies WAL
-/// frames into the database file without blocking the writer (a PASSIVE checkpoint takes no
-/// write lock). Ends when the writer drops `stop`'s sender.
+/// The checkpointer thread's loop: every [`CHECKPOINT_EVERY`], copies WAL frames into the
+/// database file without blocking the writer (a PASSIVE checkpoint takes no write lock) when
+/// writes paused, compaction ran, or about [`CHECKPOINT_BYTES`] were written since the last
+/// one. Ends when the writer drops `stop`'s sender.
 pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<Shared>) {
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096).max(512);
     let force_frames = WAL_FORCE_CHECKPOINT_BYTES / page_size;
@@ -645,12 +652,15 @@ pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<
         let chunks = shared.stats.compaction_chunks.load(Ordering::Relaxed);
         let pending = shared.stats.wal_bytes.load(Ordering::Relaxed);
         let writing = batches != seen_batches;
-        if !writing && chunks == seen_chunks {
+        let compacting = chunks != seen_chunks;
+        if !writing && !compacting {
             continue;
         }
         seen_batches = batches;
         seen_chunks = chunks;
-        if writing && pending < CHECKPOINT_BYTES {
+        // Compaction writes many pages that `wal_bytes` does not count: keep up with it, or
+        // the writer would have to checkpoint a large WAL itself.
+        if writing && !compacting && pending < CHECKPOINT_BYTES {
             continue;
         }
         shared.stats.wal_bytes.fetch_sub(pending, Ordering::Relaxed);

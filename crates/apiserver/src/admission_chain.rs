@@ -129,11 +129,14 @@ pub fn resources() -> Vec<ResourceDef> {
     ]
 }
 
+/// (storage segment, namespace, name) of an object read from the store on a cache miss.
+type OverlayKey = (String, String, String);
+
 /// [`AdmissionLookup`] over the watch caches, with store reads made on cache misses layered on
 /// top for a short while.
 pub struct CacheLookup {
     slot: StateSlot,
-    overlay: Mutex<HashMap<(String, String, String), (Value, Instant)>>,
+    overlay: Mutex<HashMap<OverlayKey, (Value, Instant)>>,
 }
 
 impl CacheLookup {
@@ -501,10 +504,12 @@ pub async fn run_quota_controller(state: Arc<AppState>) {
                 let _ = tx.try_send(());
                 loop {
                     match sub.recv().await {
-                        Recv::Msg(CacheMsg::Event(_)) | Recv::Lagged | Recv::Msg(CacheMsg::Reset) => {
+                        Recv::Msg(CacheMsg::Event(_)) => {
                             let _ = tx.try_send(());
                         }
-                        Recv::Msg(CacheMsg::Progress(_)) => continue,
+                        Recv::Msg(CacheMsg::Progress(_)) => {}
+                        // Resubscribe (and recompute) after a gap.
+                        Recv::Lagged | Recv::Msg(CacheMsg::Reset) => break,
                         Recv::Closed => return,
                     }
                 }

@@ -45,7 +45,7 @@ fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
 /// The component-schema name and `$ref` of a kind, generating its schema (and everything it
 /// refers to) into `g`.
 fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option<(String, Value)> {
-    use k8s_openapi::api::{apps, coordination, core, events, rbac};
+    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
         ("v1", "Namespace") => add::<core::v1::Namespace>(g),
@@ -60,6 +60,23 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("events.k8s.io/v1", "Event") => add::<events::v1::Event>(g),
         ("apps/v1", "Deployment") => add::<apps::v1::Deployment>(g),
         ("apps/v1", "ReplicaSet") => add::<apps::v1::ReplicaSet>(g),
+        ("apps/v1", "StatefulSet") => add::<apps::v1::StatefulSet>(g),
+        ("apps/v1", "DaemonSet") => add::<apps::v1::DaemonSet>(g),
+        ("apps/v1", "ControllerRevision") => add::<apps::v1::ControllerRevision>(g),
+        ("v1", "ReplicationController") => add::<core::v1::ReplicationController>(g),
+        ("v1", "PodTemplate") => add::<core::v1::PodTemplate>(g),
+        ("v1", "LimitRange") => add::<core::v1::LimitRange>(g),
+        ("v1", "ResourceQuota") => add::<core::v1::ResourceQuota>(g),
+        ("v1", "PersistentVolumeClaim") => add::<core::v1::PersistentVolumeClaim>(g),
+        ("v1", "PersistentVolume") => add::<core::v1::PersistentVolume>(g),
+        ("batch/v1", "Job") => add::<batch::v1::Job>(g),
+        ("batch/v1", "CronJob") => add::<batch::v1::CronJob>(g),
+        ("policy/v1", "PodDisruptionBudget") => add::<policy::v1::PodDisruptionBudget>(g),
+        ("scheduling.k8s.io/v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
+        ("discovery.k8s.io/v1", "EndpointSlice") => add::<discovery::v1::EndpointSlice>(g),
+        ("networking.k8s.io/v1", "Ingress") => add::<networking::v1::Ingress>(g),
+        ("networking.k8s.io/v1", "NetworkPolicy") => add::<networking::v1::NetworkPolicy>(g),
+        ("networking.k8s.io/v1", "IngressClass") => add::<networking::v1::IngressClass>(g),
         ("coordination.k8s.io/v1", "Lease") => add::<coordination::v1::Lease>(g),
         ("rbac.authorization.k8s.io/v1", "Role") => add::<rbac::v1::Role>(g),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => add::<rbac::v1::RoleBinding>(g),

@@ -290,10 +290,12 @@ fn print_summary(report: &Report) {
     }
     if let Some(c) = &report.compaction {
         let worst = |m: &Measured| m.latencies.last().copied().unwrap_or_default();
+        // A single worst case is mostly the disk's own hiccups: judge by the p99 as well.
         let extra = worst(&c.during).saturating_sub(worst(&c.baseline));
+        let extra_p99 = c.during.quantile(0.99).saturating_sub(c.baseline.quantile(0.99));
         println!(
             "  compaction of {} history rows took {:.2} s in {} transactions (longest {}); writes meanwhile: \
-             worst {} vs {} without (extra {}), p99 {} vs {}  target: extra stall of a few ms: {}",
+             worst {} vs {} without (extra {}), p99 {} vs {}  target: worst and p99 at most 5 ms above: {}",
             c.history_rows,
             c.took.as_secs_f64(),
             c.chunks,
@@ -303,7 +305,7 @@ fn print_summary(report: &Report) {
             fmt_duration(extra),
             fmt_duration(c.during.quantile(0.99)),
             fmt_duration(c.baseline.quantile(0.99)),
-            verdict(extra <= Duration::from_millis(5)),
+            verdict(extra <= Duration::from_millis(5) && extra_p99 <= Duration::from_millis(5)),
         );
     }
     for (writers, m) in &report.etcd {

@@ -1,6 +1,7 @@
 //! The first milestone (issue 8), end to end: the seed's Deployment applied with the real
 //! `kubectl` runs on a real containerd through `skiff server`'s local node, survives a
-//! `kill -9` of the server, and the unchanged seed manifest reports ImagePullBackOff offline.
+//! `kill -9` of the server, and the unchanged seed manifest reports ImagePullBackOff offline —
+//! once on the embedded store and once with `--datastore-endpoint` pointing at a real etcd.
 //!
 //! Needs root plus containerd, runc, the CNI plugins and busybox-static (`scripts/install-deps`);
 //! fails loudly without them.
@@ -62,14 +63,30 @@ fn rustix_is_root() -> bool {
     Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
 }
 
+/// The local node's kubelet port (10250) and bridge are per host: one walk-through at a time.
+static ONE_NODE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_seed_deployment_runs_on_containerd_and_survives_a_server_kill() {
+    let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    walk_through(&[]);
+}
+
+#[test]
+fn the_same_walk_through_runs_on_an_etcd_datastore() {
+    let _one = ONE_NODE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let etcd = common::Etcd::start();
+    walk_through(&["--datastore-endpoint", &etcd.url]);
+}
+
+/// The README's walk-through against `skiff server <extra>` with its local node.
+fn walk_through(extra: &[&str]) {
     require_runtime();
     let images = tempfile::tempdir().unwrap();
     let built = Command::new(repo_root().join("scripts/images/build.sh")).arg(images.path()).output().unwrap();
     assert!(built.status.success(), "building the offline images: {}", String::from_utf8_lossy(&built.stderr));
 
-    let mut server = Server::start_with_agent(&[]);
+    let mut server = Server::start_with_agent(extra);
     let data_dir = server.dir.path().join("data");
     let node = eventually(60, "the local node to be Ready", || {
         let out = server.kubectl(&[
@@ -122,6 +139,14 @@ fn the_seed_deployment_runs_on_containerd_and_survives_a_server_kill() {
         let pods = server.ok(&["-n", "seed", "get", "pods"]);
         (pods.matches("ErrImagePull").count() + pods.matches("ImagePullBackOff").count() == 3).then_some(())
     });
+
+    // The seed's pod-reader Role, bound to user jane: `kubectl auth can-i` answers as it says.
+    let role = repo_root().join("examples/pod-reader-role.yaml");
+    server.ok(&["apply", "-f", role.to_str().unwrap()]);
+    server.ok(&["create", "rolebinding", "read-pods", "--role=pod-reader", "--user=jane"]);
+    assert_eq!(server.ok(&["auth", "can-i", "list", "pods", "--as", "jane"]).trim(), "yes");
+    let denied = server.kubectl(&["auth", "can-i", "delete", "pods", "--as", "jane"]);
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
 
     // kill -9 the server and start it again: objects are kept, pods keep running (adopted).
     let before = server.ok(&[

@@ -199,3 +199,45 @@ impl Drop for Server {
         }
     }
 }
+
+/// A real single-member etcd on free loopback ports in a temp dir, killed on drop. Panics when
+/// `etcd` is not installed (`scripts/install-deps` installs Debian's etcd-server).
+pub struct Etcd {
+    child: Child,
+    /// The client URL, e.g. `http://127.0.0.1:PORT`.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    /// Starts etcd and waits until its client port accepts connections.
+    pub fn start() -> Etcd {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.path().join("etcd"))
+            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting etcd (install it with scripts/install-deps)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Etcd { child, url, _dir: dir }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

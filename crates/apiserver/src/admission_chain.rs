@@ -342,12 +342,14 @@ impl Admission for ChainAdmission {
     async fn mutate(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
         let Some(user) = attrs.user else { return Ok(()) };
         self.prime(attrs, obj).await;
-        let mut req = Self::request(attrs, user, Some(obj));
-        self.chain.mutate(&mut req).await?;
+        // The request owns the object while the plugins mutate it (moved, not copied).
+        let mut req = Self::request(attrs, user, None);
+        req.object = Some(std::mem::take(obj));
+        let result = self.chain.mutate(&mut req).await;
         if let Some(o) = req.object {
             *obj = o;
         }
-        Ok(())
+        result.map(|_| ())
     }
 
     async fn validate(&self, attrs: &Attributes<'_>, obj: &Value) -> Result<(), ApiError> {

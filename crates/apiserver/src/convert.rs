@@ -38,6 +38,12 @@ fn is_events_v1(def: &ResourceDef) -> bool {
     def.group == "events.k8s.io" && def.kind == "Event"
 }
 
+/// True when [`to_external`] returns stored objects unchanged (built-in resources other than
+/// events.k8s.io/v1 Events), so their stored JSON can be sent as is.
+pub fn is_identity(def: &ResourceDef) -> bool {
+    def.custom.is_none() && !is_events_v1(def)
+}
+
 /// Stored form → the resource's API version.
 pub fn to_external(def: &ResourceDef, obj: Value) -> Value {
     if def.custom.is_some() {

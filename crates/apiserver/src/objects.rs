@@ -182,14 +182,15 @@ fn decode_stored(def: &ResourceDef, value: &[u8], rev: Revision) -> Result<Value
     Ok(v)
 }
 
-/// The stored form of an object: JSON without resourceVersion.
-fn encode_stored(obj: &Value) -> Result<Vec<u8>, ApiError> {
-    let mut copy = obj.clone();
-    if let Some(m) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+/// The stored form of an object: JSON without resourceVersion (nor the long-gone selfLink),
+/// which are removed from `obj` itself rather than from a copy (callers set the new
+/// resourceVersion after the write).
+fn encode_stored(obj: &mut Value) -> Result<Vec<u8>, ApiError> {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         m.remove("selfLink");
     }
-    let bytes = serde_json::to_vec(&copy).map_err(|e| ApiError::internal(e.to_string()))?;
+    let bytes = serde_json::to_vec(&*obj).map_err(|e| ApiError::internal(e.to_string()))?;
     if bytes.len() > skiff_store::MAX_VALUE_BYTES {
         return Err(ApiError::too_large("Request entity too large: limit is 3145728"));
     }
@@ -487,7 +488,7 @@ impl Objects {
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
-        let bytes = encode_stored(&obj)?;
+        let bytes = encode_stored(&mut obj)?;
         if opts.dry_run {
             if self.get_internal(def, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(def.group, def.resource, &name));
@@ -610,7 +611,7 @@ impl Objects {
                 // A no-op update writes nothing and keeps the resourceVersion.
                 return Ok(Written { object: convert::to_external(def, old), warnings, created: false });
             }
-            let bytes = encode_stored(&new)?;
+            let bytes = encode_stored(&mut new)?;
             if opts.dry_run {
                 set_resource_version(&mut new, old_rev);
                 return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
@@ -758,7 +759,7 @@ impl Objects {
             if opts.dry_run {
                 return Ok(Deleted { object: convert::to_external(def, new), removed: false });
             }
-            let bytes = encode_stored(&new)?;
+            let bytes = encode_stored(&mut new)?;
             match self.timed("update", def, self.store.update(&key, bytes, old_rev)).await {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);

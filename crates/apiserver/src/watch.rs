@@ -38,6 +38,17 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(buf)
 }
 
+/// A watch event line around an object already encoded as JSON (same bytes as [`line`]).
+fn line_encoded(kind: &str, object: &[u8]) -> Bytes {
+    let mut buf = Vec::with_capacity(object.len() + kind.len() + 24);
+    buf.extend_from_slice(b"{\"type\":\"");
+    buf.extend_from_slice(kind.as_bytes());
+    buf.extend_from_slice(b"\",\"object\":");
+    buf.extend_from_slice(object);
+    buf.extend_from_slice(b"}\n");
+    Bytes::from(buf)
+}
+
 /// An ERROR event carrying a Status.
 pub fn error_line(e: &ApiError) -> Bytes {
     line("ERROR", &e.to_status())
@@ -62,34 +73,48 @@ struct Watcher {
 }
 
 impl Watcher {
-    async fn send(&self, kind: &str, obj: Value) -> bool {
+    /// The line for an event this watcher sees (`prev` is the object to send instead of the
+    /// event's own, for a selector transition). Plain JSON watches of a resource whose stored
+    /// form is its external form reuse the event's shared encoding.
+    fn event_line(&self, kind: &str, e: &crate::watchcache::CacheEvent, prev: Option<Value>) -> Bytes {
+        match prev {
+            None if self.output == Output::Json && crate::convert::is_identity(&self.def) => {
+                line_encoded(kind, e.object_json())
+            }
+            None => self.render_line(kind, (*e.object).clone()),
+            Some(obj) => self.render_line(kind, obj),
+        }
+    }
+
+    fn render_line(&self, kind: &str, obj: Value) -> Bytes {
         let obj = render_object(&self.def, crate::convert::to_external(&self.def, obj), self.output);
-        self.tx.send(Ok(line(kind, &obj))).await.is_ok()
+        line(kind, &obj)
     }
 
     async fn send_raw(&self, b: Bytes) -> bool {
         self.tx.send(Ok(b)).await.is_ok()
     }
 
-    /// The event type this watcher sees for a change, if any (selector transitions included).
-    fn classify(&self, e: &crate::watchcache::CacheEvent) -> Option<(&'static str, Value)> {
+    /// The event type this watcher sees for a change, if any (selector transitions included),
+    /// with the object to send when it is not the event's own (`None`: `e.object`).
+    fn classify(&self, e: &crate::watchcache::CacheEvent) -> Option<(&'static str, Option<Value>)> {
         if !e.key.starts_with(&self.prefix) || e.revision <= self.after {
             return None;
         }
         let cur = self.selectors.matches(&self.def, &e.object);
         match e.kind {
-            EventKind::Added => cur.then(|| ("ADDED", (*e.object).clone())),
-            EventKind::Deleted => cur.then(|| ("DELETED", (*e.object).clone())),
+            EventKind::Added => cur.then_some(("ADDED", None)),
+            EventKind::Deleted => cur.then_some(("DELETED", None)),
             EventKind::Modified => {
                 let old = e.prev.as_ref().is_some_and(|p| self.selectors.matches(&self.def, p));
                 match (old, cur) {
-                    (true, true) => Some(("MODIFIED", (*e.object).clone())),
-                    (false, true) => Some(("ADDED", (*e.object).clone())),
+                    (true, true) => Some(("MODIFIED", None)),
+                    (false, true) => Some(("ADDED", None)),
                     (true, false) => {
                         // Leaving the selection: the old state, at the new resourceVersion.
                         let mut prev = e.prev.as_ref().map(|p| (**p).clone()).unwrap_or_default();
                         crate::util::set_resource_version(&mut prev, e.revision);
-                        Some(("DELETED", prev))
+                        Some(("DELETED", Some(prev)))
                     }
                     (false, false) => None,
                 }
@@ -114,9 +139,10 @@ impl Watcher {
                 _ = self.tx.closed() => break,
                 r = sub.recv() => match r {
                     Recv::Msg(CacheMsg::Event(e)) => {
-                        if let Some((kind, obj)) = self.classify(&e) {
+                        if let Some((kind, prev)) = self.classify(&e) {
                             self.after = e.revision;
-                            if !self.send(kind, obj).await {
+                            let b = self.event_line(kind, &e, prev);
+                            if !self.send_raw(b).await {
                                 break;
                             }
                         }
@@ -229,10 +255,9 @@ pub async fn serve(
             Ok((backlog, sub)) => {
                 watcher.after = after;
                 for e in backlog {
-                    if let Some((kind, obj)) = watcher.classify(&e) {
+                    if let Some((kind, prev)) = watcher.classify(&e) {
                         watcher.after = e.revision;
-                        let obj = render_object(def, crate::convert::to_external(def, obj), out);
-                        initial.push(line(kind, &obj));
+                        initial.push(watcher.event_line(kind, &e, prev));
                     }
                 }
                 sub
@@ -268,4 +293,16 @@ where
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(Body::from_stream(s))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_around_shared_encoding_equals_the_rendered_line() {
+        let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"}});
+        let encoded = serde_json::to_vec(&obj).unwrap();
+        assert_eq!(line_encoded("MODIFIED", &encoded), line("MODIFIED", &obj));
+    }
 }

@@ -44,6 +44,18 @@ pub struct CacheEvent {
     pub object: Arc<Value>,
     /// The object before the change (modifications and deletes), with its own resourceVersion.
     pub prev: Option<Arc<Value>>,
+    /// `object` serialized as JSON, made by the first watcher that sends it unchanged and reused
+    /// by every other one (see [`CacheEvent::object_json`]): a fan-out to N watchers encodes an
+    /// event once, not N times.
+    pub encoded: std::sync::OnceLock<Vec<u8>>,
+}
+
+impl CacheEvent {
+    /// `object` as JSON bytes (stored form, resourceVersion set), encoded on first use and
+    /// shared by every later caller.
+    pub fn object_json(&self) -> &[u8] {
+        self.encoded.get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+    }
 }
 
 /// A message to watchers.
@@ -245,7 +257,14 @@ impl WatchCache {
                 (EventKind::Deleted, Arc::new(last))
             }
         };
-        let event = Arc::new(CacheEvent { kind, key: e.kv.key.clone(), revision, object: object.clone(), prev });
+        let event = Arc::new(CacheEvent {
+            kind,
+            key: e.kv.key.clone(),
+            revision,
+            object: object.clone(),
+            prev,
+            encoded: std::sync::OnceLock::new(),
+        });
         let mut inner = self.inner.lock();
         match kind {
             EventKind::Deleted => {

@@ -16,6 +16,7 @@ use crate::framework::{
 };
 use skiff_apimachinery::selector::LabelSelector;
 
+use super::pod_count_memo::PodCountMemo;
 use super::{add_to_count, names};
 
 /// Reason: the incoming pod's required affinity is not satisfied.
@@ -72,6 +73,9 @@ fn get(c: &Counts, key: &str, value: &str) -> i64 {
 pub struct InterPodAffinity {
     args: InterPodAffinityArgs,
     handle: Handle,
+    /// Per-node counts of pods matching the incoming pod's required terms, reused across cycles
+    /// for nodes that did not change.
+    memo: PodCountMemo,
 }
 
 #[derive(Clone, Default)]
@@ -92,7 +96,7 @@ struct PreScoreState {
 impl InterPodAffinity {
     /// Builds from args.
     pub fn new(args: InterPodAffinityArgs, handle: Handle) -> Self {
-        Self { args, handle }
+        Self { args, handle, memo: PodCountMemo::default() }
     }
 
     /// Replaces a namespace selector by the namespaces it selects now
@@ -115,6 +119,18 @@ static EMPTY: BTreeMap<String, String> = BTreeMap::new();
 
 fn matches_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod, &EMPTY))
+}
+
+/// The memo key of "pods matching all of `terms`" (`all`) or "pods matching the one term"
+/// (`one`): what [`AffinityTerm::matches`] looks at with no namespace labels, exactly (`Debug`).
+fn terms_key(kind: &str, terms: &[AffinityTerm]) -> String {
+    let mut key = String::from(kind);
+    for t in terms {
+        let mut ns: Vec<&String> = t.namespaces.iter().collect();
+        ns.sort();
+        key.push_str(&format!("|{ns:?}\x00{:?}\x00{:?}", t.namespace_selector, t.selector));
+    }
+    key
 }
 
 impl PreFilterState {
@@ -189,19 +205,33 @@ impl PreFilterPlugin for InterPodAffinity {
         s.affinity_terms = pod.required_affinity_terms.iter().cloned().map(|t| self.merge_namespaces(t)).collect();
         s.anti_affinity_terms =
             pod.required_anti_affinity_terms.iter().cloned().map(|t| self.merge_namespaces(t)).collect();
-        for node in snapshot.nodes() {
-            for existing in node.pods() {
-                if matches_all(&s.affinity_terms, existing) {
-                    for t in &s.affinity_terms {
-                        bump(&mut s.affinity, node, &t.topology_key, 1);
+        // Per node: the pods matching all affinity terms count once for each term's topology
+        // pair; the pods matching an anti-affinity term count for that term's pair.
+        let nodes = snapshot.nodes();
+        if !s.affinity_terms.is_empty() {
+            let terms = &s.affinity_terms;
+            let counts = &mut s.affinity;
+            self.memo.with(&terms_key("all", terms), nodes.len(), |memo| {
+                for (j, node) in nodes.iter().enumerate() {
+                    let n = memo.get(j, node, |n| n.pods().iter().filter(|p| matches_all(terms, p)).count() as i64);
+                    if n > 0 {
+                        for t in terms {
+                            bump(counts, node, &t.topology_key, n);
+                        }
                     }
                 }
-                for t in &s.anti_affinity_terms {
-                    if t.matches(existing, &EMPTY) {
-                        bump(&mut s.anti_affinity, node, &t.topology_key, 1);
+            });
+        }
+        for t in &s.anti_affinity_terms {
+            let counts = &mut s.anti_affinity;
+            self.memo.with(&terms_key("one", std::slice::from_ref(t)), nodes.len(), |memo| {
+                for (j, node) in nodes.iter().enumerate() {
+                    let n = memo.get(j, node, |n| n.pods().iter().filter(|p| t.matches(p, &EMPTY)).count() as i64);
+                    if n > 0 {
+                        bump(counts, node, &t.topology_key, n);
                     }
                 }
-            }
+            });
         }
         state.write(PRE_FILTER_KEY, s);
         (None, Status::success())
@@ -367,6 +397,38 @@ mod tests {
             got.iter().map(|s| if s.is_success() { None } else { Some((s.code(), s.message())) }).collect();
         let want: Vec<Option<(Code, String)>> = want.iter().map(|w| w.map(|(c, m)| (c, m.to_string()))).collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn counts_follow_pods_added_between_cycles_of_an_incremental_snapshot() {
+        // Same plugin across cycles: unchanged nodes reuse their remembered counts, the node that
+        // got a pod is recounted.
+        let cache = crate::cache::Cache::new();
+        for n in nodes() {
+            cache.add_node(n);
+        }
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        let ipa = plugin();
+        let anti = make_pod("web").pod_anti_affinity(ZONE, &[("app", "db")]).obj();
+        let with = make_pod("web2").pod_affinity(ZONE, &[("app", "db")]).obj();
+        let ok = |pod: &Pod, snap: &Snapshot| {
+            let statuses = filter_all(&ipa, pod, snap);
+            let mut names: Vec<&str> =
+                snap.nodes().iter().zip(&statuses).filter(|(_, s)| s.is_success()).map(|(n, _)| n.name()).collect();
+            names.sort();
+            names.join(",")
+        };
+        assert_eq!(ok(&anti, &snap), "a1,a2,b1,nozone");
+        assert_eq!(ok(&with, &snap), "");
+        cache.add_pod(Arc::new(PodInfo::new(make_pod("db").label("app", "db").node("a2").obj())));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(ok(&anti, &snap), "b1,nozone");
+        assert_eq!(ok(&with, &snap), "a1,a2");
+        cache.add_pod(Arc::new(PodInfo::new(make_pod("db2").label("app", "db").node("b1").obj())));
+        cache.update_snapshot(&mut snap);
+        assert_eq!(ok(&anti, &snap), "nozone");
+        assert_eq!(ok(&with, &snap), "a1,a2,b1");
     }
 
     #[test]

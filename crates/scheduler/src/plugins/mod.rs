@@ -11,6 +11,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_unschedulable;
 pub mod noderesources;
+mod pod_count_memo;
 pub mod pod_topology_spread;
 pub mod queue_sort;
 pub mod scheduling_gates;

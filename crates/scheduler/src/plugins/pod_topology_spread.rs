@@ -17,6 +17,7 @@ use crate::framework::{
     find_untolerated_taint,
 };
 
+use super::pod_count_memo::PodCountMemo;
 use super::{add_to_count, names};
 
 /// Reason: placing the pod would exceed maxSkew.
@@ -92,6 +93,12 @@ fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, ns: &str) -> 
     pods.iter().filter(|p| !p.terminating && p.namespace == ns && selector.matches(p.labels())).count() as i64
 }
 
+/// The memo key of [`count_matching`] for `selector` in namespace `ns` (`Debug` is exact: values
+/// are quoted, `nothing` is included).
+fn count_key(selector: &LabelSelector, ns: &str) -> String {
+    format!("{ns}\x00{selector:?}")
+}
+
 fn has_all_keys(labels: &BTreeMap<String, String>, cs: &[Constraint]) -> bool {
     cs.iter().all(|c| labels.contains_key(&c.topology_key))
 }
@@ -101,6 +108,8 @@ pub struct PodTopologySpread {
     defaults: Vec<TopologySpreadConstraint>,
     system_defaulted: bool,
     handle: Handle,
+    /// Per-node matching-pod counts, reused across cycles for nodes that did not change.
+    memo: PodCountMemo,
 }
 
 #[derive(Clone, Default)]
@@ -163,7 +172,7 @@ impl PodTopologySpread {
             "List" => (args.default_constraints, false),
             other => return Err(format!("PodTopologySpread: unsupported defaultingType {other:?}")),
         };
-        Ok(Self { defaults, system_defaulted, handle })
+        Ok(Self { defaults, system_defaulted, handle, memo: PodCountMemo::default() })
     }
 
     /// The selector of the pod's Services, ReplicationControllers, ReplicaSets and StatefulSets
@@ -296,18 +305,19 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let node_affinity = RequiredNodeAffinity::from_pod(&pod.pod);
         let mut match_num: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
-        for node in snapshot.nodes() {
-            let labels = node.labels();
-            if !has_all_keys(labels, &constraints) {
-                continue;
-            }
-            for (i, c) in constraints.iter().enumerate() {
-                if !c.includes(pod, &node_affinity, node) {
-                    continue;
+        let nodes = snapshot.nodes();
+        for (i, c) in constraints.iter().enumerate() {
+            let counts = &mut match_num[i];
+            self.memo.with(&count_key(&c.selector, &pod.namespace), nodes.len(), |memo| {
+                for (j, node) in nodes.iter().enumerate() {
+                    let labels = node.labels();
+                    if !has_all_keys(labels, &constraints) || !c.includes(pod, &node_affinity, node) {
+                        continue;
+                    }
+                    let count = memo.get(j, node, |n| count_matching(n.pods(), &c.selector, &pod.namespace));
+                    add_to_count(counts, &labels[&c.topology_key], count);
                 }
-                let count = count_matching(node.pods(), &c.selector, &pod.namespace);
-                add_to_count(&mut match_num[i], &labels[&c.topology_key], count);
-            }
+            });
         }
         let n = constraints.len();
         let mut s = PreFilterState { constraints, match_num, mins: vec![0; n], node_affinity };
@@ -382,24 +392,22 @@ impl PreScorePlugin for PodTopologySpread {
             s.weights[i] = ((sizes[i] + 2) as f64).ln();
         }
         let affinity = RequiredNodeAffinity::from_pod(&pod.pod);
-        for node in snapshot.nodes() {
-            let labels = node.labels();
-            if require_all && !has_all_keys(labels, &constraints) {
+        let all = snapshot.nodes();
+        for (i, c) in constraints.iter().enumerate() {
+            if c.topology_key == HOSTNAME {
                 continue;
             }
-            for (i, c) in constraints.iter().enumerate() {
-                if c.topology_key == HOSTNAME || !c.includes(pod, &affinity, node) {
-                    continue;
+            let counts = &mut s.counts[i];
+            self.memo.with(&count_key(&c.selector, &pod.namespace), all.len(), |memo| {
+                for (j, node) in all.iter().enumerate() {
+                    let labels = node.labels();
+                    if require_all && !has_all_keys(labels, &constraints) || !c.includes(pod, &affinity, node) {
+                        continue;
+                    }
+                    let Some(x) = labels.get(&c.topology_key).and_then(|v| counts.get_mut(v)) else { continue };
+                    *x += memo.get(j, node, |n| count_matching(n.pods(), &c.selector, &pod.namespace));
                 }
-                let Some(v) = labels.get(&c.topology_key) else { continue };
-                if !s.counts[i].contains_key(v) {
-                    continue;
-                }
-                let cnt = count_matching(node.pods(), &c.selector, &pod.namespace);
-                if let Some(x) = s.counts[i].get_mut(v) {
-                    *x += cnt;
-                }
-            }
+            });
         }
         s.constraints = constraints;
         state.write(PRE_SCORE_KEY, s);
@@ -527,6 +535,41 @@ mod tests {
         assert!(s[3] > s[2] && s[2] > s[0], "{s:?}");
         assert_eq!(s[0], s[1]);
         assert_eq!(s[4], 0, "a node without the topology label is ignored");
+    }
+
+    #[test]
+    fn counts_follow_pods_added_between_cycles_of_an_incremental_snapshot() {
+        // Same plugin across cycles: unchanged nodes reuse their remembered counts, the node that
+        // got a pod is recounted.
+        let cache = crate::cache::Cache::new();
+        for n in nodes() {
+            cache.add_node(n);
+        }
+        for (name, node) in [("w1", "a1"), ("w2", "b1")] {
+            cache.add_pod(Arc::new(PodInfo::new(web(name, node))));
+        }
+        let mut snap = Snapshot::default();
+        cache.update_snapshot(&mut snap);
+        let pts = plugin();
+        let p =
+            make_pod("new").label("app", "web").spread_constraint(1, ZONE, "DoNotSchedule", &[("app", "web")]).obj();
+        let ok = |snap: &Snapshot| {
+            let statuses = filter_all(&pts, &p, snap);
+            let mut names: Vec<&str> =
+                snap.nodes().iter().zip(&statuses).filter(|(_, s)| s.is_success()).map(|(n, _)| n.name()).collect();
+            names.sort();
+            names.join(",")
+        };
+        // a: 1, b: 1, c: 0 → only zone c.
+        assert_eq!(ok(&snap), "c1");
+        cache.add_pod(Arc::new(PodInfo::new(web("w3", "c1"))));
+        cache.update_snapshot(&mut snap);
+        // a: 1, b: 1, c: 1 → every zoned node.
+        assert_eq!(ok(&snap), "a1,a2,b1,c1");
+        cache.add_pod(Arc::new(PodInfo::new(web("w4", "a2"))));
+        cache.update_snapshot(&mut snap);
+        // a: 2, b: 1, c: 1 → zones b and c.
+        assert_eq!(ok(&snap), "b1,c1");
     }
 
     struct OneService;

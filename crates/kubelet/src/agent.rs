@@ -386,6 +386,7 @@ async fn watch_pods(client: Client, node_name: String, workers: PodWorkers) {
                 workers.mark_synced();
             }
             watcher::Event::Apply(p) if ours(&p) => {
+                tracing::debug!(pod = %p.name_any(), resource_version = ?p.metadata.resource_version, "pod update received");
                 listed.insert(p.uid().unwrap_or_default(), p.clone());
                 workers.update_pod(p);
             }

@@ -510,41 +510,55 @@ fn uid_filter(uid: &str) -> HashMap<String, String> {
 /// # Errors
 /// [`CriError`] when the runtime cannot be queried.
 pub async fn runtime_pod(cri: &CriClient, uid: &str) -> Result<RuntimePod, CriError> {
-    let sandboxes = cri
+    // The sandbox and container halves are independent, and so are the per-object status
+    // calls: issued together, a read costs one round of runtime latency instead of one per
+    // object (which matters when the runtime is busy starting many pods).
+    let (sandboxes, containers) = futures::try_join!(runtime_sandboxes(cri, uid), runtime_containers(cri, uid))?;
+    Ok(RuntimePod { sandboxes, containers })
+}
+
+/// The sandboxes of pod `uid`, newest first, with the IPs of the ready ones.
+async fn runtime_sandboxes(cri: &CriClient, uid: &str) -> Result<Vec<SandboxInfo>, CriError> {
+    let listed = cri
         .list_pod_sandboxes(Some(api::PodSandboxFilter { label_selector: uid_filter(uid), ..Default::default() }))
         .await?;
-    let mut pod = RuntimePod::default();
-    for s in sandboxes {
+    let read = listed.into_iter().map(|s| async move {
         let ready = s.state == api::PodSandboxState::SandboxReady as i32;
         let ip = if ready {
             match cri.pod_sandbox_status(&s.id).await {
                 Ok(st) => st.network.map(|n| n.ip).filter(|ip| !ip.is_empty()),
-                Err(e) if e.is_not_found() => continue,
+                Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(e),
             }
         } else {
             None
         };
-        pod.sandboxes.push(SandboxInfo {
+        Ok(Some(SandboxInfo {
             id: s.id,
             attempt: s.metadata.map(|m| m.attempt).unwrap_or(0),
             ready,
             created_at: s.created_at,
             ip,
-        });
-    }
-    pod.sandboxes.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.attempt)));
-    let containers = cri
+        }))
+    });
+    let mut sandboxes: Vec<SandboxInfo> = futures::future::try_join_all(read).await?.into_iter().flatten().collect();
+    sandboxes.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.attempt)));
+    Ok(sandboxes)
+}
+
+/// The containers of pod `uid`, newest first, with their status.
+async fn runtime_containers(cri: &CriClient, uid: &str) -> Result<Vec<ContainerInfo>, CriError> {
+    let listed = cri
         .list_containers(Some(api::ContainerFilter { label_selector: uid_filter(uid), ..Default::default() }))
         .await?;
-    for c in containers {
+    let read = listed.into_iter().map(|c| async move {
         let st = match cri.container_status(&c.id).await {
             Ok(st) => st,
-            Err(e) if e.is_not_found() => continue,
+            Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
         let meta = st.metadata.clone().unwrap_or_default();
-        pod.containers.push(ContainerInfo {
+        Ok(Some(ContainerInfo {
             id: c.id.clone(),
             name: meta.name,
             attempt: meta.attempt,
@@ -560,10 +574,11 @@ pub async fn runtime_pod(cri: &CriClient, uid: &str) -> Result<RuntimePod, CriEr
             sandbox_id: c.pod_sandbox_id.clone(),
             hash: st.annotations.get(ANNOTATION_CONTAINER_HASH).cloned().unwrap_or_default(),
             init: st.annotations.get(ANNOTATION_CONTAINER_KIND).map(|k| k == "init").unwrap_or(false),
-        });
-    }
-    pod.containers.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.attempt)));
-    Ok(pod)
+        }))
+    });
+    let mut containers: Vec<ContainerInfo> = futures::future::try_join_all(read).await?.into_iter().flatten().collect();
+    containers.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.attempt)));
+    Ok(containers)
 }
 
 /// Pod UIDs with sandboxes or containers on the runtime (for housekeeping of orphans).

@@ -45,7 +45,10 @@ fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
 /// The component-schema name and `$ref` of a kind, generating its schema (and everything it
 /// refers to) into `g`.
 fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option<(String, Value)> {
-    use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling};
+    use k8s_openapi::api::{
+        admissionregistration, apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+        scheduling,
+    };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
         ("v1", "Namespace") => add::<core::v1::Namespace>(g),
@@ -82,6 +85,12 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => add::<rbac::v1::RoleBinding>(g),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => add::<rbac::v1::ClusterRole>(g),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => add::<rbac::v1::ClusterRoleBinding>(g),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+            add::<admissionregistration::v1::MutatingWebhookConfiguration>(g)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            add::<admissionregistration::v1::ValidatingWebhookConfiguration>(g)
+        }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             add::<apiextensions::v1::CustomResourceDefinition>(g)
         }
@@ -530,6 +539,32 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kubectl validates manifests against /openapi/v3 and falls back to the protobuf v2
+    /// document (406 here) for a group-version the v3 index lacks, so `kubectl apply` of any
+    /// served kind needs its schema.
+    #[test]
+    fn every_served_built_in_kind_has_a_schema() {
+        let registry = Registry::default();
+        let mut g = SchemaSettings::openapi3().into_generator();
+        let mut missing = Vec::new();
+        for (group, versions) in registry.groups() {
+            for v in versions {
+                for def in registry.in_group_version(group, v) {
+                    if kind_schema(&mut g, &def.api_version(), def.kind).is_none() {
+                        missing.push(format!("{} {}", def.api_version(), def.kind));
+                    }
+                }
+            }
+        }
+        // The kinds the admission chain adds to the registry at start.
+        for def in crate::admission_chain::resources() {
+            if kind_schema(&mut g, &def.api_version(), def.kind).is_none() {
+                missing.push(format!("{} {}", def.api_version(), def.kind));
+            }
+        }
+        assert!(missing.is_empty(), "kinds without an OpenAPI schema: {missing:?}");
+    }
 
     #[test]
     fn apps_v1_document_marks_deployment_patch_with_gvk_and_field_validation() {

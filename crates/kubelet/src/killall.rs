@@ -52,9 +52,8 @@ fn unescape_octal(s: &str) -> String {
         if bytes[i] == b'\\'
             && i + 3 < bytes.len()
             && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
-            && let Ok(byte) = u8::try_from(
-                bytes[i + 1..i + 4].iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0')),
-            )
+            && let Ok(byte) =
+                u8::try_from(bytes[i + 1..i + 4].iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0')))
         {
             out.push(byte);
             i += 4;
@@ -107,7 +106,8 @@ pub fn killall(data_dir: &Path) -> KillallReport {
     let mut report = KillallReport::default();
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let needle = dir.to_string_lossy().into_owned();
-    let mounts = mounts_under(&parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()), &dir);
+    let mounts =
+        mounts_under(&parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()), &dir);
     // An nsfs mount's inode number is the namespace's inode.
     let namespaces: HashSet<u64> = mounts
         .iter()

@@ -19,16 +19,44 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Polls `f` until it returns `Some` or `secs` pass.
-fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+/// What the cluster looked like, for a failure message: pods, events and the server log's end.
+fn diagnostics(server: &Server) -> String {
+    let pods = server.kubectl(&["get", "pods", "-A", "-o", "wide"]);
+    let events = server.kubectl(&["get", "events", "-A", "--sort-by=.metadata.creationTimestamp"]);
+    let log = server.log();
+    let tail: Vec<&str> = log.lines().rev().take(60).collect();
+    format!(
+        "\n--- pods ---\n{}\n--- events ---\n{}\n--- server log (end) ---\n{}",
+        String::from_utf8_lossy(&pods.stdout),
+        String::from_utf8_lossy(&events.stdout),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
+}
+
+/// Polls `f` until it returns `Some` or `secs` pass; the failure message carries the
+/// cluster's [`diagnostics`].
+fn eventually_in<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {secs}s waiting for {what}");
+        if Instant::now() >= deadline {
+            panic!("timed out after {secs}s waiting for {what}{}", diagnostics(server));
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// `kubectl rollout status` of the offline Deployment (3 minutes at most).
+fn rollout_status(server: &Server) {
+    let out = server.kubectl(&["rollout", "status", "deployment/nginx-deployment", "--timeout=180s"]);
+    assert!(
+        out.status.success(),
+        "rollout status failed: {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        diagnostics(server)
+    );
 }
 
 /// The HTTP status line of `GET /` on `ip:80`, if the pod answers.
@@ -88,7 +116,7 @@ fn walk_through(extra: &[&str]) {
 
     let mut server = Server::start_with_agent(extra);
     let data_dir = server.dir.path().join("data");
-    let node = eventually(60, "the local node to be Ready", || {
+    let node = eventually_in(&server, 60, "the local node to be Ready", || {
         let out = server.kubectl(&[
             "get",
             "nodes",
@@ -111,14 +139,14 @@ fn walk_through(extra: &[&str]) {
     // kubelet → containerd.
     let offline = repo_root().join("examples/nginx-deployment-offline.yaml");
     server.ok(&["apply", "-f", offline.to_str().unwrap()]);
-    server.ok(&["rollout", "status", "deployment/nginx-deployment", "--timeout=180s"]);
+    rollout_status(&server);
     let wide = server.ok(&["get", "pods", "-o", "wide"]);
     assert_eq!(wide.matches("Running").count(), 3, "3 Running pods: {wide}");
     assert!(wide.contains(&node), "pods run on the local node {node}: {wide}");
     let ips = pod_ips(&server, "default");
     assert_eq!(ips.len(), 3, "3 pod IPs: {ips:?}");
     for ip in &ips {
-        let status = eventually(30, "the pod to answer HTTP", || http_get(ip));
+        let status = eventually_in(&server, 60, "the pod to answer HTTP", || http_get(ip));
         assert!(status.contains("200"), "GET http://{ip}/ answered {status:?}");
     }
     server.ok(&["logs", "deployment/nginx-deployment"]);
@@ -135,7 +163,7 @@ fn walk_through(extra: &[&str]) {
     server.ok(&["create", "namespace", "seed"]);
     let seed = repo_root().join("examples/nginx-deployment.yaml");
     server.ok(&["-n", "seed", "apply", "-f", seed.to_str().unwrap()]);
-    eventually(120, "the seed's pods to report an image pull error", || {
+    eventually_in(&server, 240, "the seed's pods to report an image pull error", || {
         let pods = server.ok(&["-n", "seed", "get", "pods"]);
         (pods.matches("ErrImagePull").count() + pods.matches("ImagePullBackOff").count() == 3).then_some(())
     });
@@ -159,8 +187,8 @@ fn walk_through(extra: &[&str]) {
     ]);
     server.kill9();
     server.spawn();
-    server.ok(&["rollout", "status", "deployment/nginx-deployment", "--timeout=180s"]);
-    let after = eventually(60, "the pods to be reported with their containers", || {
+    rollout_status(&server);
+    let after = eventually_in(&server, 120, "the pods to be reported with their containers", || {
         let out = server.ok(&[
             "get",
             "pods",
@@ -173,14 +201,14 @@ fn walk_through(extra: &[&str]) {
     });
     assert_eq!(after, before, "the same pods and containers after the restart");
     for ip in &ips {
-        let status = eventually(30, "the pod to answer HTTP after the restart", || http_get(ip));
+        let status = eventually_in(&server, 60, "the pod to answer HTTP after the restart", || http_get(ip));
         assert!(status.contains("200"), "GET http://{ip}/ answered {status:?} after the restart");
     }
 
     // Clean up the host: delete the workloads, wait for the pods to go, stop the server.
     server.ok(&["delete", "namespace", "seed", "--wait=false"]);
     server.ok(&["delete", "deployment", "nginx-deployment"]);
-    eventually(120, "the pods to be deleted", || {
+    eventually_in(&server, 180, "the pods to be deleted", || {
         let pods = server.ok(&["get", "pods", "-A", "-o", "name"]);
         pods.trim().is_empty().then_some(())
     });

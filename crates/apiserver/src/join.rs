@@ -24,6 +24,8 @@ use axum::response::{IntoResponse, Response};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use skiff_apimachinery::ApiError;
+
+use crate::pki::write_private;
 use skiff_auth::authn::node_join::{self, JoinToken, NodeJoinRequest, NodeJoinResponse};
 
 use crate::pki::Pki;
@@ -68,28 +70,6 @@ pub fn load_or_create_token(data_dir: &Path, ca_pem: &str) -> Result<JoinToken> 
         }
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
-}
-
-fn write_private(path: &Path, contents: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = path.parent()
-        && !parent.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
 }
 
 struct JoinState {

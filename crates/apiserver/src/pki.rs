@@ -96,9 +96,20 @@ fn validity(params: &mut CertificateParams, years: u64) {
     params.not_after = to(end);
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<()> {
+/// Writes `contents` to `path` readable by the owner only (mode 0600), atomically: a
+/// temporary file next to it is written, fsynced and renamed over `path`. Creates the parent
+/// directory when missing.
+///
+/// # Errors
+/// When the directory or file cannot be created, written or renamed.
+pub fn write_private(path: &Path, contents: &str) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
     let tmp = path.with_extension("tmp");
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -13,6 +13,7 @@
 //!
 //! Runs until SIGTERM or SIGINT.
 
+use skiff_apiserver::pki::write_private;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -117,23 +118,6 @@ const CERT_FILE: &str = "client-kubelet.crt";
 const KEY_FILE: &str = "client-kubelet.key";
 /// The agent's kubeconfig under `DATA_DIR/agent/`.
 pub const KUBECONFIG_FILE: &str = "kubelet.kubeconfig";
-
-fn write_private(path: &Path, contents: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
-}
 
 /// Saved credentials for `node_name` that the token still vouches for.
 fn saved_credentials(agent_dir: &Path, token: &JoinToken, node_name: &str) -> Option<NodeCredentials> {

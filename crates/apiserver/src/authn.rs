@@ -133,23 +133,8 @@ pub fn load_or_generate_signing_key(dir: &Path) -> Result<String> {
     if path.exists() {
         return std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()));
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let pem = serviceaccount::generate_signing_key_pem().map_err(anyhow::Error::msg)?;
-    let tmp = dir.join("service-account.key.tmp");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.write_all(pem.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    crate::pki::write_private(&path, &pem)?;
     Ok(pem)
 }
 

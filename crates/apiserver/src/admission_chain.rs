@@ -42,7 +42,7 @@ use skiff_auth::rbac::RbacAuthorizer;
 use crate::AppState;
 use crate::admission::{Admission, Attributes, Operation};
 use crate::authn::{StateSlot, cache_get, cache_objects};
-use crate::registry::{ALL_VERBS, ResourceDef, Subresource};
+use crate::registry::ResourceDef;
 use crate::watchcache::{CacheMsg, EventKind, Recv};
 
 /// How long a pod create waits for a missing service account to appear.
@@ -51,83 +51,6 @@ pub const SERVICE_ACCOUNT_WAIT: Duration = Duration::from_secs(5);
 const OVERLAY_TTL: Duration = Duration::from_secs(10);
 /// Attempts at charging quotas when their status changes concurrently.
 const QUOTA_ATTEMPTS: usize = 8;
-
-#[allow(clippy::needless_update)]
-fn stored(
-    base: &ResourceDef,
-    group: &'static str,
-    resource: &'static str,
-    singular: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-) -> ResourceDef {
-    ResourceDef {
-        group,
-        version: "v1",
-        resource,
-        singular,
-        kind,
-        namespaced,
-        short_names: &[],
-        categories: &[],
-        verbs: ALL_VERBS,
-        subresources: &[],
-        storage: resource,
-        generation: false,
-        create_on_update: false,
-        ..base.clone()
-    }
-}
-
-/// The resources admission reads, for registries that lack them: resourcequotas (with
-/// status), limitranges, priorityclasses and the admission webhook configurations. The API
-/// server adds those its registry does not serve yet.
-pub fn resources() -> Vec<ResourceDef> {
-    const QUOTA_SUBS: &[Subresource] = &[Subresource {
-        name: "status",
-        group: "",
-        version: "",
-        kind: "ResourceQuota",
-        verbs: &["get", "patch", "update"],
-    }];
-    let Some(base) = crate::registry::Registry::default().get("", "v1", "configmaps").cloned() else {
-        return Vec::new();
-    };
-    vec![
-        ResourceDef {
-            short_names: &["quota"],
-            subresources: QUOTA_SUBS,
-            ..stored(&base, "", "resourcequotas", "resourcequota", "ResourceQuota", true)
-        },
-        ResourceDef { short_names: &["limits"], ..stored(&base, "", "limitranges", "limitrange", "LimitRange", true) },
-        ResourceDef {
-            short_names: &["pc"],
-            ..stored(&base, "scheduling.k8s.io", "priorityclasses", "priorityclass", "PriorityClass", false)
-        },
-        ResourceDef {
-            categories: &["api-extensions"],
-            ..stored(
-                &base,
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                "mutatingwebhookconfiguration",
-                "MutatingWebhookConfiguration",
-                false,
-            )
-        },
-        ResourceDef {
-            categories: &["api-extensions"],
-            ..stored(
-                &base,
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-                "validatingwebhookconfiguration",
-                "ValidatingWebhookConfiguration",
-                false,
-            )
-        },
-    ]
-}
 
 /// (storage segment, namespace, name) of an object read from the store on a cache miss.
 type OverlayKey = (String, String, String);
@@ -654,12 +577,16 @@ mod tests {
     }
 
     #[test]
-    fn the_extra_resources_have_their_kubernetes_names() {
-        let defs = resources();
-        let quota = defs.iter().find(|d| d.resource == "resourcequotas").unwrap();
+    fn what_admission_reads_is_served_by_the_built_in_registry() {
+        let registry = crate::registry::Registry::default();
+        let quota = registry.get("", "v1", "resourcequotas").unwrap();
         assert!(quota.has_status());
         assert_eq!(quota.short_names, &["quota"]);
-        let pc = defs.iter().find(|d| d.resource == "priorityclasses").unwrap();
-        assert_eq!((pc.group, pc.namespaced), ("scheduling.k8s.io", false));
+        let pc = registry.get("scheduling.k8s.io", "v1", "priorityclasses").unwrap();
+        assert!(!pc.namespaced);
+        for r in ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"] {
+            let def = registry.get("admissionregistration.k8s.io", "v1", r).unwrap();
+            assert!(!def.namespaced, "{r} is cluster-scoped");
+        }
     }
 }

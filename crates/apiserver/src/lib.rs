@@ -237,7 +237,7 @@ impl ApiServer {
     /// [`ApiServer::wait_ready`] to wait for the caches.
     pub async fn start(mut config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
         let mut registry = Registry::default();
-        let security = if config.rbac { Some(security::install(&mut config, &mut registry)?) } else { None };
+        let security = if config.rbac { Some(security::install(&mut config)?) } else { None };
         let mut sans = pki::host_sans();
         if !config.bind_address.is_unspecified() {
             sans.push(config.bind_address.to_string());

@@ -299,6 +299,26 @@ pub fn builtin() -> Vec<ResourceDef> {
         },
         ResourceDef { ..def("discovery.k8s.io", "endpointslices", "endpointslice", "EndpointSlice") },
         ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            ..def(
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "mutatingwebhookconfiguration",
+                "MutatingWebhookConfiguration",
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            ..def(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "validatingwebhookconfiguration",
+                "ValidatingWebhookConfiguration",
+            )
+        },
+        ResourceDef {
             short_names: &["ing"],
             subresources: ING_SUBS,
             storage: "ingress",

@@ -115,7 +115,7 @@ pub struct Installed {
 ///
 /// # Errors
 /// An unreadable token file or service-account key.
-pub fn install(config: &mut crate::Config, registry: &mut crate::registry::Registry) -> anyhow::Result<Installed> {
+pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
     let rbac = Arc::new(RbacAuthorizer::new());
     let slot = StateSlot::default();
     let inner: Arc<dyn Authenticator> = match config.authenticator.take() {
@@ -131,11 +131,6 @@ pub fn install(config: &mut crate::Config, registry: &mut crate::registry::Regis
     config.virtual_resources.extend(review_resources(&rbac));
     let mut admission = None;
     if config.admission.is_none() && config.security.admission_plugins {
-        for def in crate::admission_chain::resources() {
-            if registry.get(def.group, def.version, def.resource).is_none() {
-                registry.add(def);
-            }
-        }
         let chain = Arc::new(ChainAdmission::new(slot.clone(), rbac.clone()));
         config.admission = Some(chain.clone());
         admission = Some(chain);

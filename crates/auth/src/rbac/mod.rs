@@ -734,8 +734,8 @@ impl RbacAuthorizer {
         let mut errors = Vec::new();
         let mut allowed = false;
         let verb = rules::verb_bit(attrs.verb);
-        st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, rule, compiled| {
-            if compiled.verb_matches(verb, attrs.verb) && rules::rule_allows(attrs, rule) {
+        st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, _, compiled| {
+            if compiled.allows(attrs, verb) {
                 on_allow(b, i);
                 allowed = true;
                 false

@@ -53,30 +53,101 @@ pub fn verb_bit(verb: &str) -> u32 {
 
 const VERB_ALL_BIT: u32 = 1 << 31;
 
-/// A rule's verbs as a bit mask, so most non-matching rules are rejected with one AND.
+/// A `PolicyRule` compiled for the decision path: verbs as a bit mask (most non-matching rules
+/// are rejected with one AND), wildcards as flags, `resource/subresource` entries pre-split, and
+/// the name lists as boxed slices, so evaluating a rule neither allocates nor re-parses. It
+/// decides exactly as [`rule_allows`] does on the rule it was compiled from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompiledRule {
     mask: u32,
-    other_verbs: Vec<String>,
+    other_verbs: Box<[Box<str>]>,
+    /// `apiGroups` contains `*`.
+    any_group: bool,
+    groups: Box<[Box<str>]>,
+    /// `resources` contains `*`.
+    any_resource: bool,
+    /// Plain resources (`pods`).
+    resources: Box<[Box<str>]>,
+    /// `resource/subresource` entries, split (`resource` may be `*`).
+    subresources: Box<[(Box<str>, Box<str>)]>,
+    /// `resourceNames` (empty = any name).
+    names: Box<[Box<str>]>,
+    /// `nonResourceURLs` contains `*`.
+    any_url: bool,
+    /// Exact `nonResourceURLs`.
+    urls: Box<[Box<str>]>,
+    /// `nonResourceURLs` ending in `*`, without the star.
+    url_prefixes: Box<[Box<str>]>,
+}
+
+fn boxed<'a>(items: impl IntoIterator<Item = &'a String>) -> Box<[Box<str>]> {
+    items.into_iter().map(|s| Box::from(s.as_str())).collect()
 }
 
 impl CompiledRule {
-    /// Compiles a rule's verbs.
+    /// Compiles a rule.
     pub fn new(rule: &PolicyRule) -> Self {
-        let mut c = CompiledRule::default();
+        let mut mask = 0;
+        let mut other_verbs = Vec::new();
         for v in &rule.verbs {
             match (v.as_str(), verb_bit(v)) {
-                (VERB_ALL, _) => c.mask |= VERB_ALL_BIT,
-                (_, 0) => c.other_verbs.push(v.clone()),
-                (_, bit) => c.mask |= bit,
+                (VERB_ALL, _) => mask |= VERB_ALL_BIT,
+                (_, 0) => other_verbs.push(v),
+                (_, bit) => mask |= bit,
             }
         }
-        c
+        let groups = list(&rule.api_groups);
+        let resources = list(&rule.resources);
+        let urls = list(&rule.non_resource_urls);
+        Self {
+            mask,
+            other_verbs: boxed(other_verbs),
+            any_group: has(groups, API_GROUP_ALL),
+            groups: boxed(groups),
+            any_resource: has(resources, RESOURCE_ALL),
+            resources: boxed(resources.iter().filter(|r| !r.contains('/'))),
+            subresources: resources
+                .iter()
+                .filter_map(|r| r.split_once('/'))
+                .map(|(res, sub)| (Box::from(res), Box::from(sub)))
+                .collect(),
+            names: boxed(list(&rule.resource_names)),
+            any_url: has(urls, NON_RESOURCE_ALL),
+            urls: boxed(urls),
+            url_prefixes: urls.iter().filter_map(|u| u.strip_suffix('*')).map(Box::from).collect(),
+        }
     }
 
     /// Whether the rule's verbs include `verb` (whose [`verb_bit`] is `bit`).
     pub fn verb_matches(&self, bit: u32, verb: &str) -> bool {
-        self.mask & (VERB_ALL_BIT | bit) != 0 || (bit == 0 && self.other_verbs.iter().any(|v| v == verb))
+        self.mask & (VERB_ALL_BIT | bit) != 0 || (bit == 0 && self.other_verbs.iter().any(|v| &**v == verb))
+    }
+
+    /// Whether the rule allows the request; `verb_bit` is [`verb_bit`]`(attrs.verb)`, computed
+    /// once per decision.
+    pub fn allows(&self, attrs: &Attributes<'_>, verb_bit: u32) -> bool {
+        if !self.verb_matches(verb_bit, attrs.verb) {
+            return false;
+        }
+        if !attrs.resource_request {
+            let path = attrs.path;
+            return self.any_url
+                || self.urls.iter().any(|u| &**u == path)
+                || self.url_prefixes.iter().any(|p| path.starts_with(&**p));
+        }
+        let group_ok = self.any_group || self.groups.iter().any(|g| &**g == attrs.api_group);
+        if !group_ok {
+            return false;
+        }
+        let resource_ok = self.any_resource
+            || if attrs.subresource.is_empty() {
+                self.resources.iter().any(|r| &**r == attrs.resource)
+            } else {
+                self.subresources
+                    .iter()
+                    .any(|(res, sub)| &**sub == attrs.subresource && (&**res == attrs.resource || &**res == "*"))
+            };
+        resource_ok && (self.names.is_empty() || self.names.iter().any(|n| &**n == attrs.name))
     }
 }
 
@@ -207,5 +278,58 @@ mod tests {
             let rule = non_resource_rule(&["get"], &[url]);
             assert_eq!(rule_allows(&Attributes::non_resource(&u, "get", path), &rule), want, "{url} vs {path}");
         }
+    }
+
+    #[test]
+    fn compiled_rules_decide_exactly_as_the_policy_rules_they_come_from() {
+        let u = UserInfo::new("u", Vec::<String>::new());
+        let rules = [
+            policy_rule(&["get", "list"], &[""], &["pods", "pods/log"]),
+            policy_rule(&["*"], &["*"], &["*"]),
+            policy_rule(&["create"], &["apps", ""], &["*/status", "deployments"]),
+            policy_rule(&["impersonate", "frobnicate"], &[""], &["users", "groups"]),
+            with_names(policy_rule(&["get", "update"], &["", "apps"], &["configmaps"]), &["a", "b"]),
+            policy_rule(&["get"], &[], &["pods"]),
+            non_resource_rule(&["get", "post"], &["/healthz", "/api/*", "/metrics*"]),
+            non_resource_rule(&["*"], &["*"]),
+        ];
+        let verbs = ["get", "list", "create", "update", "delete", "impersonate", "frobnicate", "post", "put"];
+        let targets = [
+            ("", "pods", ""),
+            ("", "pods", "log"),
+            ("", "pods", "status"),
+            ("apps", "deployments", ""),
+            ("apps", "deployments", "status"),
+            ("", "configmaps", ""),
+            ("", "users", ""),
+            ("batch", "jobs", ""),
+        ];
+        let mut compared = 0;
+        for rule in &rules {
+            let compiled = CompiledRule::new(rule);
+            for verb in verbs {
+                for (group, resource, sub) in targets {
+                    for name in ["", "a", "c"] {
+                        let attrs = Attributes::resource(&u, verb, group, resource, "ns", name).with_subresource(sub);
+                        assert_eq!(
+                            compiled.allows(&attrs, verb_bit(verb)),
+                            rule_allows(&attrs, rule),
+                            "{rule:?} {attrs:?}"
+                        );
+                        compared += 1;
+                    }
+                }
+                for path in ["/healthz", "/healthz/etcd", "/api", "/api/v1", "/metrics", "/metricsx", "/apis"] {
+                    let attrs = Attributes::non_resource(&u, verb, path);
+                    assert_eq!(
+                        compiled.allows(&attrs, verb_bit(verb)),
+                        rule_allows(&attrs, rule),
+                        "{rule:?} {attrs:?}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 1000);
     }
 }

@@ -145,9 +145,11 @@ impl MutatingAdmission for Priority {
         if !req.is_create_of("pods") {
             return Ok(());
         }
-        let probe = req.clone();
-        let Some(pod) = req.object.as_mut() else { return Ok(()) };
-        admit_pod(pod, self.lookup.as_ref(), |why| probe.forbidden(why))
+        // Borrow the object mutably and the rest shared: no copy of the request.
+        let name = req.object_name();
+        let AdmissionRequest { object, resource, .. } = req;
+        let Some(pod) = object.as_mut() else { return Ok(()) };
+        admit_pod(pod, self.lookup.as_ref(), |why| ApiError::forbidden(&resource.group, &resource.resource, &name, why))
     }
 }
 

@@ -134,10 +134,13 @@ impl MutatingAdmission for ServiceAccount {
         if !req.is_create_of("pods") {
             return Ok(());
         }
-        let ns = req.namespace.clone();
-        let probe = req.clone();
-        let Some(pod) = req.object.as_mut() else { return Ok(()) };
-        admit_pod(pod, &ns, self.lookup.as_ref(), |why| probe.forbidden(why))
+        // Borrow the object mutably and the rest shared: no copy of the request.
+        let name = req.object_name();
+        let AdmissionRequest { object, resource, namespace, .. } = req;
+        let Some(pod) = object.as_mut() else { return Ok(()) };
+        admit_pod(pod, namespace, self.lookup.as_ref(), |why| {
+            ApiError::forbidden(&resource.group, &resource.resource, &name, why)
+        })
     }
 }
 

@@ -57,6 +57,30 @@ pub trait Admission: Send + Sync + 'static {
         let _ = (attrs, obj);
         Ok(())
     }
+
+    /// [`Admission::mutate`], appending the plug-ins' warnings (webhook responses' `warnings`,
+    /// PodSecurity `warn`) to `warnings`, which the API server sends as `Warning: 299 - "…"`
+    /// response headers. The default calls `mutate` and warns nothing.
+    async fn mutate_collecting(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &mut Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let _ = warnings;
+        self.mutate(attrs, obj).await
+    }
+
+    /// [`Admission::validate`], appending warnings as [`Admission::mutate_collecting`] does.
+    async fn validate_collecting(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let _ = warnings;
+        self.validate(attrs, obj).await
+    }
 }
 
 /// Admits everything.

@@ -118,35 +118,156 @@ impl AdmissionLookup for CacheLookup {
     }
 }
 
+/// kube-apiserver's names of the admission plugins skiff implements, all enabled by default
+/// (as they are in kube-apiserver 1.33, plus NodeRestriction, which kubeadm enables beside
+/// `--authorization-mode=Node,RBAC`; it is installed by [`crate::node_authz`]).
+pub const PLUGINS: [&str; 10] = [
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "NodeRestriction",
+    "Priority",
+    "DefaultTolerationSeconds",
+    "PodSecurity",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ResourceQuota",
+];
+
+/// Other plugin names kube-apiserver 1.33 knows: accepted by the flags, but skiff has no such
+/// plugin (enabling one logs a warning and does nothing).
+pub const NOT_IMPLEMENTED: [&str; 23] = [
+    "AlwaysAdmit",
+    "AlwaysDeny",
+    "AlwaysPullImages",
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "ClusterTrustBundleAttest",
+    "DefaultIngressClass",
+    "DefaultStorageClass",
+    "DenyServiceExternalIPs",
+    "EventRateLimit",
+    "ExtendedResourceToleration",
+    "ImagePolicyWebhook",
+    "LimitPodHardAntiAffinityTopology",
+    "MutatingAdmissionPolicy",
+    "NamespaceAutoProvision",
+    "NamespaceExists",
+    "OwnerReferencesPermissionEnforcement",
+    "PersistentVolumeClaimResize",
+    "PodNodeSelector",
+    "PodTolerationRestriction",
+    "RuntimeClass",
+    "StorageObjectInUseProtection",
+];
+
+/// The plugins that run given kube-apiserver's `--enable-admission-plugins` (added to the
+/// default set) and `--disable-admission-plugins` (removed from it) — each a list of plugin
+/// names, comma-separated or repeated. Names kube-apiserver knows but skiff does not implement
+/// ([`NOT_IMPLEMENTED`], plus `TaintNodesByCondition` and `ValidatingAdmissionPolicy`) are
+/// accepted; enabling one only logs a warning.
+///
+/// # Errors
+/// An unknown plugin name, or a plugin named in both lists (kube-apiserver refuses both).
+pub fn enabled_plugins(
+    enable: &[String],
+    disable: &[String],
+) -> Result<std::collections::BTreeSet<&'static str>, String> {
+    let split = |v: &[String]| -> Vec<String> {
+        v.iter().flat_map(|s| s.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+    };
+    let (enable, disable) = (split(enable), split(disable));
+    let known = |name: &str| {
+        PLUGINS.contains(&name)
+            || NOT_IMPLEMENTED.contains(&name)
+            || matches!(name, "TaintNodesByCondition" | "ValidatingAdmissionPolicy")
+    };
+    for name in enable.iter().chain(&disable) {
+        if !known(name) {
+            return Err(format!("admission plugin {name:?} is unknown; skiff implements {}", PLUGINS.join(", ")));
+        }
+    }
+    if let Some(both) = enable.iter().find(|n| disable.contains(n)) {
+        return Err(format!(
+            "admission plugin {both:?} is in both --enable-admission-plugins and --disable-admission-plugins"
+        ));
+    }
+    for name in &enable {
+        if !PLUGINS.contains(&name.as_str()) {
+            tracing::warn!(plugin = %name, "admission plugin not implemented by skiff; ignored");
+        }
+    }
+    Ok(PLUGINS.iter().copied().filter(|p| !disable.iter().any(|d| d == p)).collect())
+}
+
 /// The server's admission: the plugin chain plus quota accounting.
 pub struct ChainAdmission {
     chain: AdmissionChain,
     lookup: Arc<CacheLookup>,
     webhooks: Arc<WebhookAdmission>,
     slot: StateSlot,
+    /// ResourceQuota is enabled.
+    quota: bool,
+    /// No plugin is enabled: requests skip admission entirely.
+    empty: bool,
 }
 
 impl ChainAdmission {
-    /// The standard chain over the watch caches reachable through `slot`.
-    pub fn new(slot: StateSlot, rbac: Arc<RbacAuthorizer>) -> Self {
+    /// The chain of the `enabled` plugins ([`PLUGINS`] names) over the watch caches reachable
+    /// through `slot`, in kube-apiserver's order, with RBAC's escalation check over
+    /// `escalation` (`None` with `--authorization-mode=AlwaysAllow`).
+    pub fn new(
+        slot: StateSlot,
+        escalation: Option<Arc<RbacAuthorizer>>,
+        enabled: &std::collections::BTreeSet<&'static str>,
+    ) -> Self {
         let lookup = Arc::new(CacheLookup::new(slot.clone()));
         let l: Arc<dyn AdmissionLookup> = lookup.clone();
         let webhooks = Arc::new(WebhookAdmission::new(l.clone(), Arc::new(NoServices)));
+        let on = |name: &str| enabled.contains(name);
         // kube-apiserver's order; ResourceQuota runs last, in `validate`, because it writes.
-        let chain = AdmissionChain::new()
-            .mutating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())))
-            .mutating(Arc::new(limit_ranger::LimitRanger::new(l.clone())))
-            .mutating(Arc::new(service_account::ServiceAccount::new(l.clone())))
-            .mutating(Arc::new(priority::Priority::new(l.clone())))
-            .mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()))
-            .mutating(webhooks.mutating_plugin())
-            .validating(Arc::new(rbac_escalation::RbacEscalation::new(rbac)))
-            .validating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())))
-            .validating(Arc::new(limit_ranger::LimitRanger::new(l.clone())))
-            .validating(Arc::new(pod_security::PodSecurity::new(l.clone(), pod_security::PodSecurityConfig::default())))
-            .validating(Arc::new(priority::Priority::new(l)))
-            .validating(webhooks.validating_plugin());
-        Self { chain, lookup, webhooks, slot }
+        let mut chain = AdmissionChain::new();
+        if on("NamespaceLifecycle") {
+            chain = chain.mutating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())));
+        }
+        if on("LimitRanger") {
+            chain = chain.mutating(Arc::new(limit_ranger::LimitRanger::new(l.clone())));
+        }
+        if on("ServiceAccount") {
+            chain = chain.mutating(Arc::new(service_account::ServiceAccount::new(l.clone())));
+        }
+        if on("Priority") {
+            chain = chain.mutating(Arc::new(priority::Priority::new(l.clone())));
+        }
+        if on("DefaultTolerationSeconds") {
+            chain = chain.mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()));
+        }
+        if on("MutatingAdmissionWebhook") {
+            chain = chain.mutating(webhooks.mutating_plugin());
+        }
+        if let Some(rbac) = escalation {
+            chain = chain.validating(Arc::new(rbac_escalation::RbacEscalation::new(rbac)));
+        }
+        if on("NamespaceLifecycle") {
+            chain = chain.validating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(l.clone())));
+        }
+        if on("LimitRanger") {
+            chain = chain.validating(Arc::new(limit_ranger::LimitRanger::new(l.clone())));
+        }
+        if on("PodSecurity") {
+            let config = pod_security::PodSecurityConfig::default();
+            chain = chain.validating(Arc::new(pod_security::PodSecurity::new(l.clone(), config)));
+        }
+        if on("Priority") {
+            chain = chain.validating(Arc::new(priority::Priority::new(l)));
+        }
+        if on("ValidatingAdmissionWebhook") {
+            chain = chain.validating(webhooks.validating_plugin());
+        }
+        let (m, v) = chain.plugin_names();
+        let empty = m.is_empty() && v.is_empty() && !on("ResourceQuota");
+        Self { chain, lookup, webhooks, slot, quota: on("ResourceQuota"), empty }
     }
 
     /// The webhook configurations (fed from the watch caches).
@@ -200,7 +321,11 @@ impl ChainAdmission {
 
     /// ResourceQuota: charges a create to the namespace's quotas and persists their new usage.
     async fn charge_quotas(&self, req: &AdmissionRequest) -> Result<(), ApiError> {
-        if req.op() != authadm::Operation::Create || !req.sub_resource.is_empty() || req.namespace.is_empty() {
+        if !self.quota
+            || req.op() != authadm::Operation::Create
+            || !req.sub_resource.is_empty()
+            || req.namespace.is_empty()
+        {
             return Ok(());
         }
         let Some(state) = self.slot.get() else { return Ok(()) };
@@ -263,7 +388,20 @@ impl ChainAdmission {
 #[async_trait]
 impl Admission for ChainAdmission {
     async fn mutate(&self, attrs: &Attributes<'_>, obj: &mut Value) -> Result<(), ApiError> {
-        let Some(user) = attrs.user else { return Ok(()) };
+        self.mutate_collecting(attrs, obj, &mut Vec::new()).await
+    }
+
+    async fn validate(&self, attrs: &Attributes<'_>, obj: &Value) -> Result<(), ApiError> {
+        self.validate_collecting(attrs, obj, &mut Vec::new()).await
+    }
+
+    async fn mutate_collecting(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &mut Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let Some(user) = attrs.user.filter(|_| !self.empty) else { return Ok(()) };
         self.prime(attrs, obj).await;
         // The request owns the object while the plugins mutate it (moved, not copied).
         let mut req = Self::request(attrs, user, None);
@@ -272,14 +410,20 @@ impl Admission for ChainAdmission {
         if let Some(o) = req.object {
             *obj = o;
         }
-        result.map(|_| ())
+        warnings.extend(result?.warnings);
+        Ok(())
     }
 
-    async fn validate(&self, attrs: &Attributes<'_>, obj: &Value) -> Result<(), ApiError> {
-        let Some(user) = attrs.user else { return Ok(()) };
+    async fn validate_collecting(
+        &self,
+        attrs: &Attributes<'_>,
+        obj: &Value,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ApiError> {
+        let Some(user) = attrs.user.filter(|_| !self.empty) else { return Ok(()) };
         let object = if attrs.operation == Operation::Delete { None } else { Some(obj) };
         let req = Self::request(attrs, user, object);
-        self.chain.validate(&req).await?;
+        warnings.extend(self.chain.validate(&req).await?.warnings);
         self.charge_quotas(&req).await
     }
 }
@@ -588,5 +732,19 @@ mod tests {
             let def = registry.get("admissionregistration.k8s.io", "v1", r).unwrap();
             assert!(!def.namespaced, "{r} is cluster-scoped");
         }
+    }
+
+    #[test]
+    fn admission_plugin_flags_follow_kube_apiserver_names_and_rules() {
+        let v = |s: &str| vec![s.to_string()];
+        let all = enabled_plugins(&[], &[]).unwrap();
+        assert_eq!(all.len(), PLUGINS.len());
+        let some = enabled_plugins(&[], &v("ResourceQuota,PodSecurity")).unwrap();
+        assert!(!some.contains("ResourceQuota") && !some.contains("PodSecurity") && some.contains("Priority"));
+        assert_eq!(enabled_plugins(&v("NodeRestriction"), &[]).unwrap(), all, "known but not implemented");
+        assert!(enabled_plugins(&v("NoSuchPlugin"), &[]).unwrap_err().contains("NoSuchPlugin"));
+        assert!(enabled_plugins(&v("Priority"), &v("Priority")).unwrap_err().contains("both"));
+        let none = enabled_plugins(&[], &[PLUGINS.join(",")]).unwrap();
+        assert!(none.is_empty());
     }
 }

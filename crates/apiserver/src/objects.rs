@@ -475,12 +475,12 @@ impl Objects {
             old: None,
             dry_run: opts.dry_run,
         };
-        self.admission.mutate(&attrs, &mut obj).await?;
+        self.admission.mutate_collecting(&attrs, &mut obj, &mut warnings).await?;
         let causes = validate_object(def, &api_version, &kind, &obj, None);
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
         }
-        self.admission.validate(&attrs, &obj).await?;
+        self.admission.validate_collecting(&attrs, &obj, &mut warnings).await?;
         self.check_global_default(def, &obj).await?;
         if let Some(manager) = &opts.field_manager {
             crate::managedfields::record_update(def, None, manager, None, &mut obj);
@@ -572,7 +572,7 @@ impl Objects {
                 old: Some(&old),
                 dry_run: opts.dry_run,
             };
-            self.admission.mutate(&attrs, &mut new).await?;
+            self.admission.mutate_collecting(&attrs, &mut new, &mut warnings).await?;
             // A binding changes only spec.nodeName, which pod update validation forbids.
             if subresource != Some("binding") {
                 let causes = validate_object(def, &api_version, &kind, &new, Some(&old));
@@ -580,7 +580,7 @@ impl Objects {
                     return Err(ApiError::invalid(def.group, def.kind, name, causes));
                 }
             }
-            self.admission.validate(&attrs, &new).await?;
+            self.admission.validate_collecting(&attrs, &new, &mut warnings).await?;
             self.check_global_default(def, &new).await?;
             if let Some(manager) = &opts.field_manager {
                 crate::managedfields::record_update(def, subresource, manager, Some(&old), &mut new);

@@ -52,18 +52,19 @@ impl Authorizer for RbacAdapter {
         } else {
             rbac::Attributes::non_resource(&info, &attrs.verb, &attrs.path)
         };
-        let d = self.rbac.authorize(&a);
-        if d.allowed { Ok(()) } else { Err(rbac::forbidden(&a, &d.reason)) }
+        // `check` renders nothing on the allow path (no "allowed by" reason is built).
+        self.rbac.check_forbidden(&a)
     }
 }
 
 /// Wraps an [`Authenticator`] and applies `Impersonate-*` headers (Kubernetes' user
-/// impersonation) once the requester is known, checking the `impersonate` verb with RBAC.
+/// impersonation) once the requester is known, checking the `impersonate` verb with the
+/// configured authorizer (RBAC, or AlwaysAllow).
 pub struct ImpersonatingAuthenticator {
     /// Who the connection is.
     pub inner: Arc<dyn Authenticator>,
     /// Decides whether the requester may impersonate.
-    pub rbac: Arc<RbacAuthorizer>,
+    pub authorizer: Arc<dyn rbac::Authorizer>,
 }
 
 impl Authenticator for ImpersonatingAuthenticator {
@@ -77,7 +78,7 @@ impl Authenticator for ImpersonatingAuthenticator {
             return Ok(Some(user));
         }
         let requester = user_info(&user);
-        match impersonation::impersonate(&requester, &parts.headers, self.rbac.as_ref())? {
+        match impersonation::impersonate(&requester, &parts.headers, self.authorizer.as_ref())? {
             Some(u) => Ok(Some(RequestUser { name: u.name, groups: u.groups })),
             None => Ok(Some(user)),
         }
@@ -92,11 +93,67 @@ pub struct SecurityOptions {
     /// Run the built-in admission plugins ([`crate::admission_chain`]) unless
     /// [`crate::Config::admission`] is set.
     pub admission_plugins: bool,
+    /// `--authorization-mode`.
+    pub authorization_mode: AuthorizationMode,
+    /// The admission plugins that run (by kube-apiserver's names), from
+    /// `--enable-admission-plugins`/`--disable-admission-plugins`
+    /// ([`crate::admission_chain::enabled_plugins`]); default: all of skiff's plugins.
+    pub enabled_admission_plugins: std::collections::BTreeSet<&'static str>,
 }
 
 impl Default for SecurityOptions {
     fn default() -> Self {
-        Self { authn: crate::authn::AuthnOptions::default(), admission_plugins: true }
+        Self {
+            authn: crate::authn::AuthnOptions::default(),
+            admission_plugins: true,
+            authorization_mode: AuthorizationMode::Rbac,
+            enabled_admission_plugins: crate::admission_chain::PLUGINS.iter().copied().collect(),
+        }
+    }
+}
+
+/// kube-apiserver's `--authorization-mode`
+/// (<https://kubernetes.io/docs/reference/access-authn-authz/authorization/#authorization-modules>):
+/// the authorizers a request is put to in order, the first to allow winning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthorizationMode {
+    /// `RBAC` (skiff's default; `Node,RBAC` means the same until skiff has a Node authorizer:
+    /// nodes are authorized by the bootstrap `system:node` ClusterRole).
+    #[default]
+    Rbac,
+    /// `AlwaysAllow`: every authenticated request is allowed (impersonation, escalation and the
+    /// access reviews included) — for benchmarks and single-user setups only.
+    AlwaysAllow,
+}
+
+impl AuthorizationMode {
+    /// Parses the flag's comma-separated list (`RBAC`, `Node,RBAC`, `AlwaysAllow`, …). Any list
+    /// containing `AlwaysAllow` allows everything (in Kubernetes a request no earlier authorizer
+    /// allows reaches it).
+    ///
+    /// # Errors
+    /// An empty list, a mode skiff does not implement (`ABAC`, `Webhook`, `AlwaysDeny`), or
+    /// `Node` without `RBAC`.
+    pub fn parse(modes: &[String]) -> Result<Self, String> {
+        let modes: Vec<&str> =
+            modes.iter().flat_map(|m| m.split(',')).map(str::trim).filter(|m| !m.is_empty()).collect();
+        if modes.is_empty() {
+            return Err("--authorization-mode: at least one mode is required".into());
+        }
+        for m in &modes {
+            if !matches!(*m, "RBAC" | "Node" | "AlwaysAllow") {
+                return Err(format!(
+                    "--authorization-mode: unsupported mode {m:?} (skiff supports RBAC, Node (with RBAC) and AlwaysAllow)"
+                ));
+            }
+        }
+        if modes.contains(&"AlwaysAllow") {
+            return Ok(Self::AlwaysAllow);
+        }
+        if !modes.contains(&"RBAC") {
+            return Err("--authorization-mode: Node requires RBAC".into());
+        }
+        Ok(Self::Rbac)
     }
 }
 
@@ -126,12 +183,22 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
             t.authenticator
         }
     };
-    config.authenticator = Some(Arc::new(ImpersonatingAuthenticator { inner, rbac: rbac.clone() }));
-    config.authorizer = Some(Arc::new(RbacAdapter { rbac: rbac.clone() }));
-    config.virtual_resources.extend(review_resources(&rbac));
+    let always_allow = config.security.authorization_mode == AuthorizationMode::AlwaysAllow;
+    let authorizer: Arc<dyn rbac::Authorizer> = if always_allow { Arc::new(rbac::AlwaysAllow) } else { rbac.clone() };
+    config.authenticator = Some(Arc::new(ImpersonatingAuthenticator { inner, authorizer: authorizer.clone() }));
+    config.authorizer = Some(if always_allow {
+        Arc::new(crate::auth::AlwaysAllow)
+    } else {
+        Arc::new(RbacAdapter { rbac: rbac.clone() })
+    });
+    config.virtual_resources.extend(review_resources(&rbac, authorizer));
     let mut admission = None;
     if config.admission.is_none() && config.security.admission_plugins {
-        let chain = Arc::new(ChainAdmission::new(slot.clone(), rbac.clone()));
+        // With AlwaysAllow every `escalate`/`bind` check passes, so RBAC's escalation check
+        // is left out.
+        let escalation = (!always_allow).then(|| rbac.clone());
+        let enabled = &config.security.enabled_admission_plugins;
+        let chain = Arc::new(ChainAdmission::new(slot.clone(), escalation, enabled));
         config.admission = Some(chain.clone());
         admission = Some(chain);
     }
@@ -174,6 +241,7 @@ enum Review {
 
 struct ReviewHandler {
     rbac: Arc<RbacAuthorizer>,
+    authorizer: Arc<dyn rbac::Authorizer>,
     review: Review,
 }
 
@@ -182,7 +250,7 @@ impl VirtualHandler for ReviewHandler {
     async fn create(&self, req: &VirtualRequest<'_>, body: Value) -> Result<Value, ApiError> {
         let user = req.user.map(user_info).unwrap_or_else(UserInfo::anonymous);
         match self.review {
-            Review::Access(kind) => reviews::access_review(self.rbac.as_ref(), kind, &body, &user, req.namespace),
+            Review::Access(kind) => reviews::access_review(self.authorizer.as_ref(), kind, &body, &user, req.namespace),
             Review::Rules => reviews::self_subject_rules_review(&self.rbac, &body, &user),
             Review::SelfSubject => Ok(skiff_auth::authn::self_subject_review(&user)),
         }
@@ -191,8 +259,9 @@ impl VirtualHandler for ReviewHandler {
 
 /// The access-review virtual resources answered from `rbac`: selfsubjectaccessreviews,
 /// subjectaccessreviews, localsubjectaccessreviews, selfsubjectrulesreviews
-/// (authorization.k8s.io/v1) and selfsubjectreviews (authentication.k8s.io/v1).
-pub fn review_resources(rbac: &Arc<RbacAuthorizer>) -> Vec<VirtualResource> {
+/// (authorization.k8s.io/v1) and selfsubjectreviews (authentication.k8s.io/v1). Access reviews
+/// ask `authorizer` (the RBAC snapshot itself, or AlwaysAllow); rules reviews list RBAC rules.
+pub fn review_resources(rbac: &Arc<RbacAuthorizer>, authorizer: Arc<dyn rbac::Authorizer>) -> Vec<VirtualResource> {
     crate::virtual_resources::standard_defs()
         .into_iter()
         .filter_map(|def| {
@@ -207,7 +276,7 @@ pub fn review_resources(rbac: &Arc<RbacAuthorizer>) -> Vec<VirtualResource> {
             Some(VirtualResource {
                 def,
                 subresource: None,
-                handler: Arc::new(ReviewHandler { rbac: rbac.clone(), review }),
+                handler: Arc::new(ReviewHandler { rbac: rbac.clone(), authorizer: authorizer.clone(), review }),
             })
         })
         .collect()
@@ -433,7 +502,7 @@ mod tests {
     fn system_masters_may_impersonate_and_the_impersonated_user_is_authenticated() {
         let a = ImpersonatingAuthenticator {
             inner: Arc::new(crate::auth::CertificateAuthenticator),
-            rbac: rbac_with_pod_reader(),
+            authorizer: rbac_with_pod_reader(),
         };
         let u = a
             .authenticate_request(&parts(&[("Impersonate-User", "jane")]), &peer("system:admin", &["system:masters"]))
@@ -446,7 +515,7 @@ mod tests {
     fn impersonation_without_the_impersonate_verb_is_forbidden() {
         let a = ImpersonatingAuthenticator {
             inner: Arc::new(crate::auth::CertificateAuthenticator),
-            rbac: rbac_with_pod_reader(),
+            authorizer: rbac_with_pod_reader(),
         };
         let e = a.authenticate_request(&parts(&[("Impersonate-User", "bob")]), &peer("jane", &[])).unwrap_err();
         assert_eq!(e.code, 403);
@@ -457,9 +526,22 @@ mod tests {
     fn without_impersonation_headers_the_connection_user_is_kept() {
         let a = ImpersonatingAuthenticator {
             inner: Arc::new(crate::auth::CertificateAuthenticator),
-            rbac: rbac_with_pod_reader(),
+            authorizer: rbac_with_pod_reader(),
         };
         let u = a.authenticate_request(&parts(&[]), &peer("jane", &[])).unwrap().unwrap();
         assert_eq!(u, user("jane", &["system:authenticated"]));
+    }
+
+    #[test]
+    fn authorization_modes_parse_like_kube_apiserver_flags() {
+        let parse = |v: &[&str]| AuthorizationMode::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(parse(&["RBAC"]), Ok(AuthorizationMode::Rbac));
+        assert_eq!(parse(&["Node,RBAC"]), Ok(AuthorizationMode::Rbac));
+        assert_eq!(parse(&["Node", "RBAC"]), Ok(AuthorizationMode::Rbac));
+        assert_eq!(parse(&["AlwaysAllow"]), Ok(AuthorizationMode::AlwaysAllow));
+        assert_eq!(parse(&["RBAC,AlwaysAllow"]), Ok(AuthorizationMode::AlwaysAllow));
+        for bad in [&["Webhook"][..], &["Node"], &[""], &[], &["rbac"]] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -88,6 +88,20 @@ pub struct ServerArgs {
     /// Audiences service-account tokens must carry to authenticate (default: the issuer).
     #[arg(long, value_delimiter = ',')]
     pub api_audiences: Vec<String>,
+    /// Authorization modes (kube-apiserver's flag): `Node,RBAC` (the default, as kubeadm's),
+    /// `RBAC`, or `AlwaysAllow` (every authenticated request is allowed; benchmarks and
+    /// single-user setups only).
+    #[arg(long, value_delimiter = ',', default_value = "Node,RBAC")]
+    pub authorization_mode: Vec<String>,
+    /// Admission plugins to run besides the default ones, by kube-apiserver's names (all of
+    /// skiff's plugins are on by default; other known kube names are accepted and ignored).
+    #[arg(long, value_delimiter = ',')]
+    pub enable_admission_plugins: Vec<String>,
+    /// Admission plugins to turn off, by kube-apiserver's names: NamespaceLifecycle,
+    /// LimitRanger, ServiceAccount, Priority, DefaultTolerationSeconds, PodSecurity,
+    /// MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
+    #[arg(long, value_delimiter = ',')]
+    pub disable_admission_plugins: Vec<String>,
 }
 
 /// Checks an IPv4 CIDR such as `10.42.0.0/16`.
@@ -248,6 +262,13 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.security.authn.anonymous_auth = args.anonymous_auth;
     config.security.authn.service_account_issuer = args.service_account_issuer.clone();
     config.security.authn.api_audiences = args.api_audiences.clone();
+    config.security.authorization_mode =
+        skiff_apiserver::security::AuthorizationMode::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?;
+    config.security.enabled_admission_plugins = skiff_apiserver::admission_chain::enabled_plugins(
+        &args.enable_admission_plugins,
+        &args.disable_admission_plugins,
+    )
+    .map_err(anyhow::Error::msg)?;
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

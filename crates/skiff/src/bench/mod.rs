@@ -2,6 +2,7 @@
 //! run (raw SQLite, raw etcd, an empty handler) or the issue's target, and the ratio between them.
 
 mod apiserver;
+mod authorization;
 mod deployment;
 mod harness;
 mod podstartup;
@@ -18,8 +19,9 @@ pub enum BenchCommand {
     /// an in-memory cache with a no-op binder: pods/s and per-cycle latency percentiles.
     Scheduler,
     /// RBAC authorization decision time (p50/p99, microseconds) with 1,000 roles and 1,000
-    /// bindings (target p99 < 5 µs).
-    Authorization,
+    /// bindings (target p99 < 5 µs); with `--api`, pod creates/s through a server with
+    /// authentication, RBAC and admission on next to one with them off, and the ratio.
+    Authorization(authorization::AuthorizationArgs),
     /// The API server (issue 3): idle RSS, cold start to /readyz, pod creates/s over HTTPS from
     /// 64 clients next to raw store creates/s, GET p99, and write-to-delivery p99 with 1,000
     /// watchers, against the issue's targets.
@@ -46,11 +48,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             Ok(())
         }
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
-        BenchCommand::Authorization => {
-            let report =
-                tokio::task::spawn_blocking(|| skiff_auth::rbac::bench::bench_authorization(1000, 1000)).await?;
-            println!("{report}");
-            Ok(())
-        }
+        BenchCommand::Authorization(args) => authorization::run(args).await,
     }
 }

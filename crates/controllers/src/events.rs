@@ -724,6 +724,74 @@ mod tests {
         assert_ne!(c.correlate(ev("same", at(301)), at(301)), Correlated::Skip);
     }
 
+    fn replica_set_event(i: usize, t: Timestamp) -> Event {
+        let rs = ObjectReference {
+            api_version: Some("apps/v1".into()),
+            kind: Some("ReplicaSet".into()),
+            name: Some("web-5d8f".into()),
+            namespace: Some("default".into()),
+            uid: Some("rs-uid".into()),
+            ..Default::default()
+        };
+        make_event(
+            &EventSource::component("replicaset-controller"),
+            &rs,
+            EVENT_TYPE_NORMAL,
+            reasons::SUCCESSFUL_CREATE,
+            &format!("Created pod: web-5d8f-{i:05}"),
+            t,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_thousand_pod_creates_of_one_replica_set_cost_twenty_five_event_writes() {
+        let api = FakeApi::new();
+        let mut c = EventCorrelator::new();
+        for i in 0..1000 {
+            record_to_sink(&api, &mut c, replica_set_event(i, Timestamp::now()), Duration::ZERO).await;
+        }
+        let verbs: Vec<&str> = api.actions().iter().map(|a| a.verb).collect();
+        // Nine distinct messages are created as they are; the tenth starts the combined event,
+        // whose count the next 15 patch; then the spam filter's burst of 25 is spent.
+        assert_eq!(verbs.iter().filter(|v| **v == "create").count(), 10, "{verbs:?}");
+        assert_eq!(verbs.iter().filter(|v| **v == "patch").count(), 15, "{verbs:?}");
+        let events = api.objects(&resource_of::<Event>());
+        assert_eq!(events.len(), 10);
+        let combined: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["message"].as_str().is_some_and(|m| m.starts_with("(combined from similar events): ")))
+            .collect();
+        assert_eq!(combined.len(), 1);
+        assert_eq!(combined[0]["count"], 16);
+    }
+
+    #[test]
+    fn similar_events_of_different_objects_are_not_combined() {
+        let mut c = EventCorrelator::new();
+        for i in 0..30 {
+            let mut e = ev(&format!("msg {i}"), at(0));
+            e.involved_object.name = Some(format!("web-{i}"));
+            e.involved_object.uid = Some(format!("uid-{i}"));
+            match c.correlate(e, at(0)) {
+                Correlated::Create(e) => assert_eq!(e.message, Some(format!("msg {i}"))),
+                other => panic!("expected a plain create, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn similar_events_more_than_ten_minutes_apart_start_a_new_aggregate() {
+        let mut c = EventCorrelator::new();
+        for i in 0..9 {
+            assert!(matches!(c.correlate(ev(&format!("msg {i}"), at(i)), at(i)), Correlated::Create(_)));
+        }
+        // The 10th distinct message 601 s after the last one is a fresh start, not combined.
+        match c.correlate(ev("msg 9", at(8 + 601)), at(8 + 601)) {
+            Correlated::Create(e) => assert_eq!(e.message.as_deref(), Some("msg 9")),
+            other => panic!("expected a plain create, got {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_patch_of_an_expired_event_falls_back_to_create() {
         let api = FakeApi::new();

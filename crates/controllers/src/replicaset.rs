@@ -451,13 +451,21 @@ impl ReplicaSetController {
                 return Ok(Action::AwaitChange);
             }
         };
-        // All pods of the namespace, so that owned pods that no longer match are released.
+        // The claim candidates: active pods of the namespace that this ReplicaSet controls
+        // (matching or not, so that those no longer matching are released) and orphans that
+        // match (adoption). Pods controlled by others are ignored by the claim anyway; leaving
+        // them out here saves copying every pod of the namespace on each sync.
+        let rs_uid = uid_of(&rs.metadata);
         let active: Vec<Pod> = self
             .pods
             .store()
             .list_namespace(ns.unwrap_or_default())
             .into_iter()
             .filter(|p| is_pod_active(p))
+            .filter(|p| match controller_of(&p.metadata) {
+                Some(cref) => cref.uid == rs_uid,
+                None => selector.matches(&labels_of(&p.metadata)),
+            })
             .map(|p| p.as_ref().clone())
             .collect();
         let filtered = self.claim_pods(&rs, &selector, active).await?;

@@ -36,7 +36,7 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -82,6 +82,16 @@ pub struct SqliteStats {
     pub checkpoints: u64,
     /// Checkpoints the writer had to finish itself because the WAL reached 64 MiB.
     pub forced_checkpoints: u64,
+    /// The longest a write waited in the writer's queue before its batch started (the writer
+    /// was committing an earlier batch, or running a compaction step, a vacuum step or a
+    /// forced checkpoint).
+    pub longest_queue_wait: Duration,
+    /// The longest a write waited in the queue while the writer was busy with background work
+    /// (compaction, vacuum, forced checkpoint) rather than with earlier writes: the stall
+    /// compaction causes, not counting its effect on the disk.
+    pub longest_background_wait: Duration,
+    /// The longest `COMMIT` of a write batch (writing its WAL frames and the fsync).
+    pub longest_commit: Duration,
 }
 
 #[derive(Default)]
@@ -95,6 +105,9 @@ struct Stats {
     forced_checkpoints: AtomicU64,
     /// About how many bytes were committed since the last background checkpoint.
     wal_bytes: AtomicU64,
+    longest_queue_wait_micros: AtomicU64,
+    longest_background_wait_micros: AtomicU64,
+    longest_commit_micros: AtomicU64,
 }
 
 /// State shared by the backend handle, the writer thread and watch tasks.
@@ -108,6 +121,9 @@ struct Shared {
     stats: Stats,
     /// Set by the checkpointer when the WAL keeps growing; the writer then checkpoints itself.
     force_checkpoint: AtomicBool,
+    /// Writes sent to the writer thread and not yet taken into a batch: background work
+    /// (compaction, vacuum) ends its transaction early when one is waiting.
+    queued_writes: AtomicUsize,
     readers: Mutex<Vec<Connection>>,
     readers_closed: AtomicBool,
     read_permits: tokio::sync::Semaphore,
@@ -189,6 +205,7 @@ impl SqliteBackend {
             hub: Hub::new(0),
             stats: Stats::default(),
             force_checkpoint: AtomicBool::new(false),
+            queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
             read_permits: tokio::sync::Semaphore::new(MAX_READERS),
@@ -239,6 +256,9 @@ impl SqliteBackend {
             longest_compaction_chunk: Duration::from_micros(s.longest_chunk_micros.load(Ordering::Relaxed)),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
             forced_checkpoints: s.forced_checkpoints.load(Ordering::Relaxed),
+            longest_queue_wait: Duration::from_micros(s.longest_queue_wait_micros.load(Ordering::Relaxed)),
+            longest_background_wait: Duration::from_micros(s.longest_background_wait_micros.load(Ordering::Relaxed)),
+            longest_commit: Duration::from_micros(s.longest_commit_micros.load(Ordering::Relaxed)),
         }
     }
 
@@ -246,7 +266,11 @@ impl SqliteBackend {
         let (reply, rx) = oneshot::channel();
         let closed = || Error::Unavailable(format!("store {} is closed", self.shared.path.display()));
         let writer = self.writer.as_ref().ok_or_else(closed)?;
-        writer.send(Request::Write { op, reply }).map_err(|_| closed())?;
+        self.shared.queued_writes.fetch_add(1, Ordering::SeqCst);
+        if writer.send(Request::Write { op, reply, queued_at: std::time::Instant::now() }).is_err() {
+            self.shared.queued_writes.fetch_sub(1, Ordering::SeqCst);
+            return Err(closed());
+        }
         rx.await
             .map_err(|_| Error::Internal(format!("store {}: the writer thread stopped", self.shared.path.display())))?
     }
@@ -643,6 +667,7 @@ mod tests {
             hub: Hub::new(0),
             stats: Stats::default(),
             force_checkpoint: AtomicBool::new(false),
+            queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
             read_permits: tokio::sync::Semaphore::new(MAX_READERS),

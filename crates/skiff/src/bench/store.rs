@@ -1,7 +1,10 @@
 //! `skiff bench store`: durable creates/s and latency of both store backends next to raw
 //! baselines measured in the same run (issue 2's benchmark).
 //!
-//! Phases, each on fresh files and for `--duration` seconds (or `--count` writes):
+//! Phases, each on fresh files and for `--duration` seconds (or `--count` writes) in total,
+//! split into `--rounds` slices run in alternation (all SQLite phases of round 1, then of
+//! round 2, ...; raw etcd and the etcd backend alternate per concurrency) so that a backend
+//! and its baseline meet the same load of the shared machine:
 //! - raw SQLite (rusqlite, WAL, `synchronous=FULL`): one durable commit per row (the
 //!   single-writer latency baseline) and rows batched into large durable transactions (the
 //!   throughput ceiling a group-committing store can approach);
@@ -64,6 +67,11 @@ pub struct StoreArgs {
     /// Concurrent writers whose latency is measured in the compaction-stall phase.
     #[arg(long, default_value_t = 1)]
     compaction_writers: usize,
+    /// Each phase is split into this many slices run in alternation with the other phases
+    /// (raw, backend, raw, backend, ...), so that a backend and its baseline see the same
+    /// disk and CPU weather; the figures sum the slices.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Skip the embedded SQLite backend and its baselines.
     #[arg(long)]
     skip_sqlite: bool,
@@ -92,6 +100,14 @@ impl Measured {
     fn new(ops: u64, elapsed: Duration, mut latencies: Vec<Duration>) -> Self {
         latencies.sort_unstable();
         Self { ops, elapsed, latencies }
+    }
+
+    /// Adds another slice of the same phase.
+    fn merge(&mut self, other: Measured) {
+        self.ops += other.ops;
+        self.elapsed += other.elapsed;
+        self.latencies.extend(other.latencies);
+        self.latencies.sort_unstable();
     }
 
     fn rate(&self) -> f64 {
@@ -131,6 +147,10 @@ struct CompactionStall {
     took: Duration,
     chunks: u64,
     longest_chunk: Duration,
+    /// The longest a write waited for a compaction (or vacuum) step to finish.
+    longest_background_wait: Duration,
+    /// The longest `COMMIT` (WAL write + fsync) of a write batch during the phase.
+    longest_commit: Duration,
 }
 
 /// Runs the benchmark and prints the figures.
@@ -138,16 +158,24 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.duration > 0.0 || args.count.is_some(), "--duration must be positive");
     anyhow::ensure!(!args.concurrency.is_empty() && !args.concurrency.contains(&0), "--concurrency needs values >= 1");
     anyhow::ensure!(args.batch_rows > 0, "--batch-rows must be positive");
-    let limit = match args.count {
+    anyhow::ensure!(args.rounds > 0, "--rounds must be positive");
+    let rounds = args.rounds;
+    // The whole phase's limit, for the compaction phase; the others run `rounds` slices of
+    // `limit`.
+    let whole = match args.count {
         Some(n) => Limit::Count(n),
         None => Limit::Duration(Duration::from_secs_f64(args.duration)),
+    };
+    let limit = match whole {
+        Limit::Count(n) => Limit::Count(n.div_ceil(u64::from(rounds))),
+        Limit::Duration(d) => Limit::Duration(d / rounds),
     };
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
     let work = tempfile::Builder::new().prefix("skiff-bench-store-").tempdir_in(&parent)?;
     let value: Arc<Vec<u8>> = Arc::new((0..args.value_size).map(|i| b'a' + (i % 26) as u8).collect());
 
-    println!("skiff bench store: {}-byte values, {}", args.value_size, describe(limit));
+    println!("skiff bench store: {}-byte values, {} ({rounds} alternating slices)", args.value_size, describe(whole));
     println!("machine: {}", machine());
     println!("data under: {}", work.path().display());
     println!();
@@ -155,26 +183,48 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
 
     let mut report = Report::default();
     if !args.skip_sqlite {
-        let m = raw_sqlite_commit_per_row(&work.path().join("raw-commit.db"), &value, limit).await?;
-        print_row("raw SQLite, one durable commit per row", &m);
-        report.raw_sqlite_commit = Some(m);
-        let m = raw_sqlite_batched(&work.path().join("raw-batched.db"), &value, limit, args.batch_rows).await?;
-        print_row(&format!("raw SQLite, {} rows per durable commit", args.batch_rows), &m);
-        report.raw_sqlite_batched = Some(m);
-        let m = raw_sqlite_indexed(&work.path().join("raw-indexed.db"), &value, limit).await?;
-        print_row("raw SQLite, backend's schema + key index, 256 rows/commit", &m);
-        report.raw_sqlite_indexed = Some(m);
-        for &writers in &args.concurrency {
-            let path = work.path().join(format!("skiff-{writers}.db"));
-            let store = open_sqlite(&path)?;
-            let m = drive_backend(store, &format!("sqlite{writers}"), writers, limit, &value).await?;
-            print_row(&format!("embedded SQLite backend, {writers} writers"), &m);
-            report.sqlite.push((writers, m));
+        let mut sqlite: Vec<(usize, Option<Measured>)> = args.concurrency.iter().map(|&w| (w, None)).collect();
+        let add = |slot: &mut Option<Measured>, m: Measured| match slot {
+            Some(total) => total.merge(m),
+            None => *slot = Some(m),
+        };
+        for round in 0..rounds {
+            let dir = work.path().join(format!("round-{round}"));
+            std::fs::create_dir_all(&dir)?;
+            let m = raw_sqlite_commit_per_row(&dir.join("raw-commit.db"), &value, limit).await?;
+            add(&mut report.raw_sqlite_commit, m);
+            let m = raw_sqlite_batched(&dir.join("raw-batched.db"), &value, limit, args.batch_rows).await?;
+            add(&mut report.raw_sqlite_batched, m);
+            let m = raw_sqlite_indexed(&dir.join("raw-indexed.db"), &value, limit).await?;
+            add(&mut report.raw_sqlite_indexed, m);
+            for (writers, slot) in &mut sqlite {
+                let path = dir.join(format!("skiff-{writers}.db"));
+                let store = open_sqlite(&path)?;
+                let m = drive_backend(store, &format!("sqlite{writers}r{round}"), *writers, limit, &value).await?;
+                add(slot, m);
+            }
+            // Each slice starts on fresh files; keep the disk usage of one round.
+            std::fs::remove_dir_all(&dir).ok();
+        }
+        if let Some(m) = &report.raw_sqlite_commit {
+            print_row("raw SQLite, one durable commit per row", m);
+        }
+        if let Some(m) = &report.raw_sqlite_batched {
+            print_row(&format!("raw SQLite, {} rows per durable commit", args.batch_rows), m);
+        }
+        if let Some(m) = &report.raw_sqlite_indexed {
+            print_row("raw SQLite, backend's schema + key index, 256 rows/commit", m);
+        }
+        for (writers, m) in sqlite {
+            if let Some(m) = m {
+                print_row(&format!("embedded SQLite backend, {writers} writers"), &m);
+                report.sqlite.push((writers, m));
+            }
         }
         if args.compaction_history > 0 {
             anyhow::ensure!(args.compaction_writers > 0, "--compaction-writers must be positive");
             let path = work.path().join("skiff-compaction.db");
-            let c = compaction_stall(&path, &value, args.compaction_history, args.compaction_writers, limit).await?;
+            let c = compaction_stall(&path, &value, args.compaction_history, args.compaction_writers, whole).await?;
             print_row(&format!("embedded, {} writers, no compaction (baseline)", c.writers), &c.baseline);
             print_row(&format!("embedded, {} writers, compacting {} rows", c.writers, c.history_rows), &c.during);
             report.compaction = Some(c);
@@ -196,21 +246,34 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("connecting to etcd at {endpoint}"))?;
         for &writers in &args.concurrency {
-            if owned {
-                reset_etcd(&raw).await?;
-            }
-            let m = raw_etcd_puts(&raw, &format!("raw{writers}"), writers, limit, &value).await?;
-            print_row(&format!("raw etcd put, {writers} writers"), &m);
-            report.raw_etcd.push((writers, m));
-            if owned {
-                reset_etcd(&raw).await?;
-            }
+            let (mut raw_total, mut backend_total): (Option<Measured>, Option<Measured>) = (None, None);
             let config = EtcdConfig::new([endpoint.clone()]);
             let options = skiff_store::Options { compaction_interval: None, ..Default::default() };
             let store: Arc<dyn Backend> = Arc::new(EtcdBackend::connect(config, options).await?);
-            let m = drive_backend(store, &format!("etcd{writers}"), writers, limit, &value).await?;
-            print_row(&format!("etcd backend, {writers} writers"), &m);
-            report.etcd.push((writers, m));
+            for round in 0..rounds {
+                if owned {
+                    reset_etcd(&raw).await?;
+                }
+                let m = raw_etcd_puts(&raw, &format!("raw{writers}r{round}"), writers, limit, &value).await?;
+                match &mut raw_total {
+                    Some(t) => t.merge(m),
+                    None => raw_total = Some(m),
+                }
+                if owned {
+                    reset_etcd(&raw).await?;
+                }
+                let m = drive_backend(store.clone(), &format!("etcd{writers}r{round}"), writers, limit, &value).await?;
+                match &mut backend_total {
+                    Some(t) => t.merge(m),
+                    None => backend_total = Some(m),
+                }
+            }
+            if let (Some(raw_m), Some(backend_m)) = (raw_total, backend_total) {
+                print_row(&format!("raw etcd put, {writers} writers"), &raw_m);
+                print_row(&format!("etcd backend, {writers} writers"), &backend_m);
+                report.raw_etcd.push((writers, raw_m));
+                report.etcd.push((writers, backend_m));
+            }
         }
         drop(cluster);
     }
@@ -306,6 +369,12 @@ fn print_summary(report: &Report) {
             fmt_duration(c.during.quantile(0.99)),
             fmt_duration(c.baseline.quantile(0.99)),
             verdict(extra <= Duration::from_millis(5) && extra_p99 <= Duration::from_millis(5)),
+        );
+        println!(
+            "    where a slow write's time went: longest wait behind a compaction/vacuum step {}, longest \
+             write COMMIT (WAL write + fsync) {}",
+            fmt_duration(c.longest_background_wait),
+            fmt_duration(c.longest_commit),
         );
     }
     for (writers, m) in &report.etcd {
@@ -459,6 +528,8 @@ async fn compaction_stall(
         took,
         chunks: after.compaction_chunks - before.compaction_chunks,
         longest_chunk: after.longest_compaction_chunk,
+        longest_background_wait: after.longest_background_wait,
+        longest_commit: after.longest_commit,
     })
 }
 

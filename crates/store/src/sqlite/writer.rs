@@ -46,6 +46,11 @@ const GATHER_MIN_BATCH: usize = 4;
 const GATHER_WAIT: Duration = Duration::from_micros(500);
 /// At most this many history rows are examined by one compaction transaction.
 pub(super) const COMPACTION_CHUNK: usize = 1024;
+/// History rows the first compaction transaction reads; later ones adapt (up to
+/// [`COMPACTION_CHUNK`]) so that reading and deleting a chunk takes about
+/// [`COMPACTION_CHUNK_BUDGET`]: reading 1,024 rows of 2 KiB values alone can take longer than
+/// the budget when their pages are not cached.
+const COMPACTION_FIRST_CHUNK: usize = 64;
 /// How long one compaction (or vacuum) transaction may spend deleting before it commits: with
 /// its commit, about the longest a write waits for compaction.
 const COMPACTION_CHUNK_BUDGET: Duration = Duration::from_millis(1);
@@ -72,6 +77,11 @@ const KEEP_FREE_PAGES: i64 = 2048;
 /// Pages returned to the file system per vacuum step at most (one step per writer loop
 /// iteration); the step size adapts so that a step takes about [`COMPACTION_CHUNK_BUDGET`].
 const VACUUM_STEP_PAGES: i64 = 128;
+
+/// Commits at least this long are logged at debug level (where a write's latency goes).
+const SLOW_COMMIT: Duration = Duration::from_millis(20);
+/// Waits behind background work at least this long are logged at debug level.
+const SLOW_BACKGROUND_WAIT: Duration = Duration::from_millis(5);
 
 const INSERT: &str = "INSERT INTO kv (rev, key, create_rev, prev_rev, deleted, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 const VALUE_AT: &str = "SELECT value FROM kv WHERE rev = ?1";
@@ -102,7 +112,8 @@ pub(super) enum WriteOutcome {
 
 /// What the writer thread's queue carries.
 pub(super) enum Request {
-    Write { op: WriteOp, reply: oneshot::Sender<Result<WriteOutcome>> },
+    /// `queued_at`: when the caller sent it, for the queue-wait figures of [`super::SqliteStats`].
+    Write { op: WriteOp, reply: oneshot::Sender<Result<WriteOutcome>>, queued_at: Instant },
     Compact { revision: Revision, reply: oneshot::Sender<Result<()>> },
 }
 
@@ -133,6 +144,11 @@ pub(super) struct Writer {
     vacuum_pages: i64,
     /// No background step (compaction chunk, vacuum step) starts before this.
     background_not_before: Instant,
+    /// History rows the next compaction transaction reads, adapted to [`COMPACTION_CHUNK_BUDGET`].
+    compaction_rows: usize,
+    /// When the last background step (compaction, vacuum, forced checkpoint) started and ended,
+    /// until the next batch: writes queued meanwhile waited for it.
+    last_background: Option<(Instant, Instant)>,
 }
 
 /// Reads `meta.name`.
@@ -220,6 +236,8 @@ impl Writer {
             last_batch: 0,
             vacuum_pages: 16,
             background_not_before: Instant::now(),
+            compaction_rows: COMPACTION_FIRST_CHUNK,
+            last_background: None,
         })
     }
 
@@ -267,9 +285,12 @@ impl Writer {
                 let mut bytes = 0;
                 let mut next = Some(first);
                 let mut gather_until = None;
+                let batch_start = Instant::now();
                 while let Some(req) = next.take() {
                     match req {
-                        Request::Write { op, reply } => {
+                        Request::Write { op, reply, queued_at } => {
+                            self.shared.queued_writes.fetch_sub(1, Ordering::SeqCst);
+                            self.note_queue_wait(queued_at, batch_start);
                             bytes += op.bytes();
                             batch.push((op, reply));
                         }
@@ -290,6 +311,7 @@ impl Writer {
                         Err(_) => None,
                     };
                 }
+                self.last_background = None;
                 if !batch.is_empty() {
                     self.last_batch = batch.len();
                     self.commit_batch(batch);
@@ -310,9 +332,11 @@ impl Writer {
                 seen_at_last_tick = Some(self.current);
                 next_tick = Some(Instant::now() + interval);
             }
-            if Instant::now() >= self.background_not_before {
+            // Background work waits for the pause after the previous step and yields to writes
+            // already queued (they are taken first on the next turn of the loop).
+            if Instant::now() >= self.background_not_before && self.shared.queued_writes.load(Ordering::SeqCst) == 0 {
                 if self.compact_cursor < self.compacted {
-                    if let Err(e) = self.compact_chunk(COMPACTION_CHUNK) {
+                    if let Err(e) = self.compact_chunk(self.compaction_rows) {
                         tracing::warn!(error = %e, "compaction chunk failed; retrying later");
                         // Do not spin on a persistent failure.
                         std::thread::sleep(Duration::from_millis(50));
@@ -326,6 +350,27 @@ impl Writer {
         self.shared.hub.close();
     }
 
+    /// Records how long a write waited in the queue (`queued_at` to `taken`), and how much of
+    /// that was spent behind background work.
+    fn note_queue_wait(&self, queued_at: Instant, taken: Instant) {
+        let stats = &self.shared.stats;
+        let wait = taken.saturating_duration_since(queued_at);
+        stats.longest_queue_wait_micros.fetch_max(wait.as_micros() as u64, Ordering::Relaxed);
+        if let Some((start, end)) = self.last_background
+            && queued_at < end
+        {
+            let behind = end.saturating_duration_since(queued_at.max(start));
+            stats.longest_background_wait_micros.fetch_max(behind.as_micros() as u64, Ordering::Relaxed);
+            if behind >= SLOW_BACKGROUND_WAIT {
+                tracing::debug!(
+                    waited_us = behind.as_micros() as u64,
+                    step_us = end.saturating_duration_since(start).as_micros() as u64,
+                    "a write waited for a background step"
+                );
+            }
+        }
+    }
+
     /// Validates, writes and commits one batch, then publishes and answers it.
     pub(super) fn commit_batch(&mut self, batch: Vec<(WriteOp, oneshot::Sender<Result<WriteOutcome>>)>) {
         let mut undo: Vec<(String, Option<KeyMeta>)> = Vec::with_capacity(batch.len());
@@ -335,14 +380,27 @@ impl Writer {
         // Roughly what the batch adds to the WAL: its bytes plus a page per write for the key index.
         let batch_bytes: usize = ops.iter().map(|op| op.bytes() + 1024).sum();
         let mut rev = self.current;
+        let started = Instant::now();
+        let mut commit_started = started;
         let outcome = (|| -> rusqlite::Result<()> {
             self.conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             for op in ops {
                 results.push(apply(&self.conn, &mut self.index, &mut rev, op, &mut undo, &mut events)?);
             }
+            commit_started = Instant::now();
             self.conn.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
         })();
+        let commit = commit_started.elapsed();
+        self.shared.stats.longest_commit_micros.fetch_max(commit.as_micros() as u64, Ordering::Relaxed);
+        if commit >= SLOW_COMMIT {
+            tracing::debug!(
+                writes = results.len(),
+                apply_us = commit_started.saturating_duration_since(started).as_micros() as u64,
+                commit_us = commit.as_micros() as u64,
+                "slow write commit (WAL write and fsync)"
+            );
+        }
         match outcome {
             Ok(()) => {
                 self.shared.stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -442,6 +500,10 @@ impl Writer {
         }
         let restore = conn.pragma_update(None, "synchronous", "FULL");
         let took = started.elapsed();
+        self.last_background = Some((started, Instant::now()));
+        if took >= SLOW_BACKGROUND_WAIT {
+            tracing::debug!(took_us = took.as_micros() as u64, "slow background transaction");
+        }
         self.background_not_before =
             Instant::now() + (took * BACKGROUND_PAUSE_FACTOR).clamp(BACKGROUND_PAUSE_MIN, BACKGROUND_PAUSE_MAX);
         self.shared.stats.longest_chunk_micros.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
@@ -451,7 +513,8 @@ impl Writer {
     }
 
     /// Processes up to `chunk` history rows after the compaction cursor in one transaction, and
-    /// fewer when [`COMPACTION_CHUNK_BUDGET`] runs out first (at least one row per call).
+    /// fewer when [`COMPACTION_CHUNK_BUDGET`] runs out first or a write is waiting (at least one
+    /// row per call). Adapts the next call's `chunk` ([`Writer::compaction_rows`]) to the budget.
     ///
     /// For each row `r` at or below the compacted revision `C`: the value it replaced
     /// (`prev_rev`) is superseded at `C` and is deleted; if `r` is a tombstone it is deleted too
@@ -462,6 +525,9 @@ impl Writer {
     pub(super) fn compact_chunk(&mut self, chunk: usize) -> Result<()> {
         let target = self.compacted;
         let cursor = self.compact_cursor;
+        let shared = self.shared.clone();
+        let mut cut_short = false;
+        let step_started = Instant::now();
         let new_cursor = self.background_transaction(|conn| {
             let started = Instant::now();
             let rows: Vec<(Revision, Revision, bool)> = conn
@@ -479,14 +545,24 @@ impl Writer {
                 if deleted {
                     delete.execute([rev])?;
                 }
-                if i + 1 < rows.len() && started.elapsed() >= COMPACTION_CHUNK_BUDGET {
+                if i + 1 < rows.len()
+                    && (started.elapsed() >= COMPACTION_CHUNK_BUDGET
+                        || shared.queued_writes.load(Ordering::Relaxed) > 0)
+                {
                     new_cursor = rev;
+                    cut_short = true;
                     break;
                 }
             }
             set_meta(conn, "compact_cursor", new_cursor)?;
             Ok(new_cursor)
         })?;
+        let took = step_started.elapsed();
+        if took > COMPACTION_CHUNK_BUDGET * 2 || cut_short {
+            self.compaction_rows = (self.compaction_rows / 2).max(1);
+        } else if took < COMPACTION_CHUNK_BUDGET / 2 {
+            self.compaction_rows = (self.compaction_rows * 2).min(COMPACTION_CHUNK.max(chunk));
+        }
         self.compact_cursor = new_cursor;
         self.shared.stats.compaction_chunks.fetch_add(1, Ordering::Relaxed);
         self.shared.stats.compact_cursor.store(new_cursor, Ordering::SeqCst);
@@ -514,11 +590,16 @@ impl Writer {
         }
         let n = (free - KEEP_FREE_PAGES).min(self.vacuum_pages);
         let started = Instant::now();
+        let shared = self.shared.clone();
         let step = self.background_transaction(|conn| {
             // The pragma frees one page per step of its statement: run it to completion.
             let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
             let mut rows = stmt.query([])?;
-            while rows.next()?.is_some() {}
+            while rows.next()?.is_some() {
+                if shared.queued_writes.load(Ordering::Relaxed) > 0 {
+                    break;
+                }
+            }
             Ok(())
         });
         let took = started.elapsed();
@@ -535,12 +616,15 @@ impl Writer {
 
     fn maybe_checkpoint(&mut self) {
         if self.shared.force_checkpoint.swap(false, Ordering::Relaxed) {
+            let started = Instant::now();
             // Most frames are already copied by the checkpointer, so this is short; afterwards
             // the next transaction starts the WAL over.
             if let Err(e) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
                 tracing::warn!(error = %e, "checkpoint failed");
             }
             self.shared.stats.forced_checkpoints.fetch_add(1, Ordering::Relaxed);
+            self.last_background = Some((started, Instant::now()));
+            tracing::debug!(took_us = started.elapsed().as_micros() as u64, "forced checkpoint on the writer thread");
         }
     }
 }
@@ -664,8 +748,15 @@ pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<
             continue;
         }
         shared.stats.wal_bytes.fetch_sub(pending, Ordering::Relaxed);
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1)) {
-            Ok(log_frames) => {
+        let started = Instant::now();
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))) {
+            Ok((log_frames, copied)) => {
+                tracing::debug!(
+                    took_us = started.elapsed().as_micros() as u64,
+                    log_frames,
+                    copied,
+                    "background checkpoint"
+                );
                 shared.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 if log_frames >= force_frames {
                     shared.force_checkpoint.store(true, Ordering::Relaxed);

@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod nonresource;
 pub mod objects;
 pub mod openapi;
+mod openapi_v2_proto;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;

@@ -11,12 +11,18 @@
 //! See <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-interface-definition>.
 //!
 //! Every document is generated once and then served from memory with an `ETag`
-//! (`If-None-Match` → 304). The protobuf form of v2
-//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`) is not produced: a request
-//! accepting only it gets 406.
+//! (`If-None-Match` → 304). v2 is also served in gnostic's protobuf encoding
+//! (`Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, answered as
+//! `application/com.github.proto-openapi.spec.v2.v1.0+protobuf` like kube-apiserver), encoded by
+//! [`crate::openapi_v2_proto`] from the served JSON: kubectl 1.27 and 1.28 read only that form
+//! (for `explain`, client-side `apply`, `create`, `diff`), and later versions fall back to it to
+//! validate kinds that `/openapi/v3` does not list. v2 keeps Swagger 2.0's shape as Kubernetes
+//! publishes it: a field of a named type is `{"$ref", "description"}` (v3's
+//! `allOf: [{"$ref"}]` is rewritten), IntOrString is `type: string, format: int-or-string`,
+//! Quantity is `type: string`, and `oneOf` (absent from Swagger 2.0) is dropped.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -304,6 +310,43 @@ fn v2_refs(v: &mut Value) {
     }
 }
 
+/// Rewrites one schema (and those nested in it) from the v3 form schemars generates into
+/// Swagger 2.0 as Kubernetes publishes v2: `allOf: [{"$ref"}]` becomes a sibling `$ref`,
+/// `x-kubernetes-int-or-string` becomes `type: string, format: int-or-string`, and `oneOf`/`anyOf`
+/// (not in Swagger 2.0) are dropped, leaving an untyped schema (any value).
+fn v2_schema(schema: &mut Value) {
+    let Value::Object(m) = schema else { return };
+    if let Some(Value::Array(all)) = m.get("allOf")
+        && let [Value::Object(only)] = all.as_slice()
+        && only.len() == 1
+        && let Some(r) = only.get("$ref").cloned()
+    {
+        m.remove("allOf");
+        m.insert("$ref".into(), r);
+    }
+    m.remove("oneOf");
+    m.remove("anyOf");
+    if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) && !m.contains_key("type") {
+        m.remove("x-kubernetes-int-or-string");
+        m.insert("type".into(), json!("string"));
+        m.insert("format".into(), json!("int-or-string"));
+    }
+    if let Some(Value::Object(props)) = m.get_mut("properties") {
+        props.values_mut().for_each(v2_schema);
+    }
+    match m.get_mut("items") {
+        Some(Value::Array(items)) => items.iter_mut().for_each(v2_schema),
+        Some(item) => v2_schema(item),
+        None => {}
+    }
+    if let Some(extra) = m.get_mut("additionalProperties") {
+        v2_schema(extra);
+    }
+    if let Some(Value::Array(all)) = m.get_mut("allOf") {
+        all.iter_mut().for_each(v2_schema);
+    }
+}
+
 fn v2_query(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "query", "description": description, "type": "string", "uniqueItems": true})
 }
@@ -417,6 +460,14 @@ pub fn v2_doc(registry: &Registry) -> Value {
         v2_refs(v);
     }
     annotate_kinds(&mut schemas, &kinds, "#/definitions/");
+    for (name, v) in schemas.iter_mut() {
+        v2_schema(v);
+        if name == "io.k8s.apimachinery.pkg.api.resource.Quantity"
+            && let Value::Object(m) = v
+        {
+            m.entry("type").or_insert_with(|| json!("string"));
+        }
+    }
     schemas.insert(
         "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
         json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}),
@@ -431,20 +482,47 @@ pub fn v2_doc(registry: &Registry) -> Value {
     })
 }
 
-/// The media type of protobuf OpenAPI v2, which skiff does not produce.
-const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
+/// The media type kubectl asks for to get v2 in protobuf (gnostic's `openapi.v2.Document`).
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+/// The same type as kube-apiserver also accepts it and labels its answers (`@` is not valid in
+/// a media type, so Go's `mime.ParseMediaType` would reject the canonical form).
+const V2_PROTOBUF_DOTTED: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 
-/// True when the request's Accept allows JSON (no Accept, `*/*`, `application/*`, JSON).
-fn accepts_json(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else { return true };
-    accept
-        .split(',')
-        .map(|t| t.split(';').next().unwrap_or("").trim())
-        .any(|t| matches!(t, "" | "*/*" | "application/*" | "application/json"))
+/// The representations of `/openapi/v2`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum V2Format {
+    Json,
+    Protobuf,
+}
+
+/// The representation of `/openapi/v2` the request's Accept prefers: the listed type with the
+/// highest `q` (the first among equals) that is JSON (`application/json`, `application/*`,
+/// `*/*`) or protobuf; JSON without Accept; `None` (406) when nothing listed is served.
+fn negotiate_v2(headers: &HeaderMap) -> Option<V2Format> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Some(V2Format::Json);
+    };
+    let mut best: Option<(f32, V2Format)> = None;
+    for clause in accept.split(',') {
+        let mut parts = clause.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q =
+            parts.filter_map(|p| p.trim().strip_prefix("q=")).find_map(|q| q.trim().parse::<f32>().ok()).unwrap_or(1.0);
+        let format = match media.as_str() {
+            "" if accept.trim().is_empty() => V2Format::Json,
+            "*/*" | "application/*" | "application/json" => V2Format::Json,
+            V2_PROTOBUF | V2_PROTOBUF_DOTTED => V2Format::Protobuf,
+            _ => continue,
+        };
+        if q > 0.0 && best.is_none_or(|(b, _)| q > b) {
+            best = Some((q, format));
+        }
+    }
+    best.map(|(_, f)| f)
 }
 
 /// A cached document as a response: 304 when the client has this version already.
-fn cached_response(bytes: bytes::Bytes, etag: &str, headers: &HeaderMap) -> Response {
+fn cached_response(bytes: bytes::Bytes, etag: &str, content_type: &'static str, headers: &HeaderMap) -> Response {
     let etag = format!("\"{etag}\"");
     let fresh = headers
         .get(header::IF_NONE_MATCH)
@@ -457,7 +535,7 @@ fn cached_response(bytes: bytes::Bytes, etag: &str, headers: &HeaderMap) -> Resp
     let resp = if fresh {
         builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
     } else {
-        builder.status(StatusCode::OK).header(header::CONTENT_TYPE, "application/json").body(Body::from(bytes))
+        builder.status(StatusCode::OK).header(header::CONTENT_TYPE, content_type).body(Body::from(bytes))
     };
     resp.unwrap_or_default()
 }
@@ -470,20 +548,47 @@ fn digest(bytes: &[u8]) -> String {
     format!("{:016X}", h.finish())
 }
 
-static V2: std::sync::OnceLock<(bytes::Bytes, String)> = std::sync::OnceLock::new();
+/// One encoded document and its ETag.
+struct Encoded {
+    bytes: bytes::Bytes,
+    etag: String,
+}
+
+impl Encoded {
+    fn new(bytes: Vec<u8>) -> Encoded {
+        let etag = digest(&bytes);
+        Encoded { bytes: bytes.into(), etag }
+    }
+}
+
+static V2_JSON: OnceLock<Encoded> = OnceLock::new();
+static V2_PROTO: OnceLock<Encoded> = OnceLock::new();
+
+/// `/openapi/v2` as JSON, generated on first use.
+fn v2_json(registry: &Registry) -> &'static Encoded {
+    V2_JSON.get_or_init(|| Encoded::new(serde_json::to_vec(&v2_doc(registry)).unwrap_or_default()))
+}
+
+/// `/openapi/v2` in protobuf, encoded on first use from the JSON bytes (so both always agree;
+/// the parsed document is dropped afterwards rather than kept in memory).
+fn v2_proto(registry: &Registry) -> &'static Encoded {
+    V2_PROTO.get_or_init(|| {
+        let doc: Value = serde_json::from_slice(&v2_json(registry).bytes).unwrap_or_default();
+        Encoded::new(crate::openapi_v2_proto::encode(&doc))
+    })
+}
 
 fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Response {
-    if !accepts_json(headers) {
-        return error_response(&ApiError::not_acceptable(format!(
-            "only application/json is served for /openapi/v2; {V2_PROTOBUF}@v1.0+protobuf is not"
-        )));
-    }
-    let (bytes, etag) = V2.get_or_init(|| {
-        let b = bytes::Bytes::from(serde_json::to_vec(&v2_doc(registry)).unwrap_or_default());
-        let etag = digest(&b);
-        (b, etag)
-    });
-    cached_response(bytes.clone(), etag, headers)
+    let (doc, content_type) = match negotiate_v2(headers) {
+        Some(V2Format::Json) => (v2_json(registry), "application/json"),
+        Some(V2Format::Protobuf) => (v2_proto(registry), V2_PROTOBUF_DOTTED),
+        None => {
+            return error_response(&ApiError::not_acceptable(format!(
+                "only application/json and {V2_PROTOBUF} are served for /openapi/v2"
+            )));
+        }
+    };
+    cached_response(doc.bytes.clone(), &doc.etag, content_type, headers)
 }
 
 /// The `/openapi/v3` discovery document: one entry per group-version.
@@ -529,7 +634,7 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
             }
         },
     };
-    let mut resp = cached_response(bytes, HASH, headers);
+    let mut resp = cached_response(bytes, HASH, "application/json", headers);
     // The root links to this document with ?hash=, so it may be cached for good.
     resp.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("public, immutable"));
     resp
@@ -539,9 +644,8 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
 mod tests {
     use super::*;
 
-    /// kubectl validates manifests against /openapi/v3 and falls back to the protobuf v2
-    /// document (406 here) for a group-version the v3 index lacks, so `kubectl apply` of any
-    /// served kind needs its schema.
+    /// kubectl validates manifests against /openapi/v3 (1.29+) or the protobuf v2 document
+    /// (1.27, 1.28), so `kubectl apply` of any served kind needs its schema.
     #[test]
     fn every_served_built_in_kind_has_a_schema() {
         let registry = Registry::default();
@@ -588,18 +692,149 @@ mod tests {
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Deployment");
     }
 
-    #[test]
-    fn protobuf_only_v2_is_not_acceptable_and_etag_revalidates() {
+    fn accept(value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::ACCEPT, "application/com.github.proto-openapi.spec.v2@v1.0+protobuf".parse().unwrap());
-        assert!(!accepts_json(&h));
-        h.insert(header::ACCEPT, "application/json, */*".parse().unwrap());
-        assert!(accepts_json(&h));
-        let first = cached_response(bytes::Bytes::from_static(b"{}"), "abc", &HeaderMap::new());
+        h.insert(header::ACCEPT, value.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn v2_accept_negotiation_picks_json_or_protobuf_by_preference() {
+        assert_eq!(negotiate_v2(&HeaderMap::new()), Some(V2Format::Json));
+        assert_eq!(negotiate_v2(&accept("application/json, */*")), Some(V2Format::Json));
+        assert_eq!(negotiate_v2(&accept(V2_PROTOBUF)), Some(V2Format::Protobuf));
+        assert_eq!(negotiate_v2(&accept(V2_PROTOBUF_DOTTED)), Some(V2Format::Protobuf));
+        assert_eq!(negotiate_v2(&accept(&format!("application/json;q=0.5, {V2_PROTOBUF}"))), Some(V2Format::Protobuf));
+        assert_eq!(negotiate_v2(&accept(&format!("{V2_PROTOBUF}, application/json"))), Some(V2Format::Protobuf));
+        assert_eq!(negotiate_v2(&accept(&format!("{V2_PROTOBUF};q=0, application/json"))), Some(V2Format::Json));
+        assert_eq!(negotiate_v2(&accept("application/yaml")), None);
+        assert_eq!(negotiate_v2(&accept("application/vnd.kubernetes.protobuf")), None);
+    }
+
+    #[test]
+    fn v2_uses_swagger_two_refs_and_kubernetes_primitive_types() {
+        let doc = v2_doc(&Registry::default());
+        fn no_v3_keywords(path: &str, s: &Value) {
+            assert!(s.get("allOf").is_none() && s.get("oneOf").is_none(), "allOf/oneOf at {path}: {s}");
+            for (k, p) in s.get("properties").and_then(Value::as_object).into_iter().flatten() {
+                no_v3_keywords(&format!("{path}.{k}"), p);
+            }
+            for child in ["items", "additionalProperties"] {
+                if let Some(c) = s.get(child).filter(|c| c.is_object()) {
+                    no_v3_keywords(&format!("{path}[{child}]"), c);
+                }
+            }
+        }
+        let defs = &doc["definitions"];
+        for (name, def) in defs.as_object().unwrap() {
+            no_v3_keywords(name, def);
+        }
+        let strategy = &defs["io.k8s.api.apps.v1.DeploymentSpec"]["properties"]["strategy"];
+        assert_eq!(strategy["$ref"], "#/definitions/io.k8s.api.apps.v1.DeploymentStrategy");
+        assert!(strategy["description"].is_string());
+        let int_or_string = &defs["io.k8s.apimachinery.pkg.util.intstr.IntOrString"];
+        assert_eq!((&int_or_string["type"], &int_or_string["format"]), (&json!("string"), &json!("int-or-string")));
+        assert_eq!(defs["io.k8s.apimachinery.pkg.api.resource.Quantity"]["type"], "string");
+    }
+
+    fn body(resp: Response) -> bytes::Bytes {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(axum::body::to_bytes(resp.into_body(), usize::MAX)).unwrap()
+    }
+
+    fn extension(exts: &[crate::openapi_v2_proto::NamedAny], name: &str) -> Value {
+        let e = exts.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("no {name} extension"));
+        serde_saphyr::from_str(&e.value.as_ref().unwrap().yaml).unwrap()
+    }
+
+    #[test]
+    fn served_protobuf_v2_decodes_to_the_json_documents_definitions_and_paths() {
+        use crate::openapi_v2_proto::*;
+        let registry = Registry::default();
+        let resp = serve_v2(&registry, &accept(V2_PROTOBUF));
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], V2_PROTOBUF_DOTTED);
+        let etag = resp.headers()[header::ETAG].clone();
+        let doc = decode(&body(resp)).expect("a gnostic openapi.v2.Document");
+        assert_eq!(doc.swagger, "2.0");
+        let json = v2_doc(&registry);
+
+        let defs = doc.definitions.unwrap().additional_properties;
+        assert_eq!(defs.len(), json["definitions"].as_object().unwrap().len());
+        let def = |name: &str| {
+            defs.iter().find(|d| d.name == name).and_then(|d| d.value.clone()).unwrap_or_else(|| panic!("no {name}"))
+        };
+        let deployment = def("io.k8s.api.apps.v1.Deployment");
+        assert_eq!(
+            extension(&deployment.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!([{"group": "apps", "version": "v1", "kind": "Deployment"}])
+        );
+        assert_eq!(deployment.r#type.as_ref().unwrap().value, ["object"]);
+        let prop = |s: &Schema, name: &str| {
+            s.properties.as_ref().unwrap().additional_properties.iter().find(|p| p.name == name).unwrap().value.clone()
+        };
+        let spec = prop(&deployment, "spec").unwrap();
+        assert_eq!(spec.xref, "#/definitions/io.k8s.api.apps.v1.DeploymentSpec");
+        let strategy = prop(&def("io.k8s.api.apps.v1.DeploymentSpec"), "strategy").unwrap();
+        assert_eq!(strategy.xref, "#/definitions/io.k8s.api.apps.v1.DeploymentStrategy");
+        assert!(strategy.description.contains("deployment strategy"), "{}", strategy.description);
+        let containers = prop(&def("io.k8s.api.core.v1.PodSpec"), "containers").unwrap();
+        assert_eq!(extension(&containers.vendor_extension, "x-kubernetes-patch-merge-key"), json!("name"));
+        assert_eq!(extension(&containers.vendor_extension, "x-kubernetes-patch-strategy"), json!("merge"));
+        assert_eq!(containers.items.unwrap().schema[0].xref, "#/definitions/io.k8s.api.core.v1.Container");
+        let ports = prop(&def("io.k8s.api.core.v1.Container"), "ports").unwrap();
+        assert_eq!(
+            extension(&ports.vendor_extension, "x-kubernetes-list-map-keys"),
+            json!(["containerPort", "protocol"])
+        );
+        let labels = prop(&def("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"), "labels").unwrap();
+        assert!(matches!(
+            labels.additional_properties.and_then(|a| a.oneof),
+            Some(AdditionalPropertiesOneof::Schema(s)) if s.r#type.as_ref().unwrap().value == ["string"]
+        ));
+
+        // kubectl finds the server's field validation on the PATCH operation of a kind.
+        let paths = doc.paths.unwrap().path;
+        assert_eq!(paths.len(), json["paths"].as_object().unwrap().len());
+        let item = paths
+            .iter()
+            .find(|p| p.name == "/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+            .and_then(|p| p.value.clone())
+            .unwrap();
+        let patch = item.patch.unwrap();
+        assert_eq!(
+            extension(&patch.vendor_extension, "x-kubernetes-group-version-kind"),
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+        );
+        assert!(patch.parameters.iter().any(|p| matches!(
+            &p.oneof,
+            Some(ParametersItemOneof::Parameter(Parameter { oneof: Some(ParameterOneof::NonBodyParameter(NonBodyParameter {
+                oneof: Some(NonBodyParameterOneof::QueryParameterSubSchema(q)) })) })) if q.name == "fieldValidation"
+        )));
+
+        // Cached: the same ETag revalidates to 304, and differs from the JSON one.
+        let mut again = accept(V2_PROTOBUF);
+        again.insert(header::IF_NONE_MATCH, etag.clone());
+        assert_eq!(serve_v2(&registry, &again).status(), StatusCode::NOT_MODIFIED);
+        let json_resp = serve_v2(&registry, &accept("application/json"));
+        assert_eq!(json_resp.headers()[header::CONTENT_TYPE], "application/json");
+        assert_ne!(json_resp.headers()[header::ETAG], etag);
+        let served: Value = serde_json::from_slice(&body(json_resp)).unwrap();
+        assert_eq!(served["swagger"], "2.0");
+    }
+
+    #[test]
+    fn other_media_types_for_v2_are_not_acceptable_and_etag_revalidates() {
+        let resp = serve_v2(&Registry::default(), &accept("application/yaml"));
+        assert_eq!(resp.status(), StatusCode::NOT_ACCEPTABLE);
+        let first = cached_response(bytes::Bytes::from_static(b"{}"), "abc", "application/json", &HeaderMap::new());
         assert_eq!(first.status(), StatusCode::OK);
         let etag = first.headers()[header::ETAG].clone();
         let mut again = HeaderMap::new();
         again.insert(header::IF_NONE_MATCH, etag);
-        assert_eq!(cached_response(bytes::Bytes::from_static(b"{}"), "abc", &again).status(), StatusCode::NOT_MODIFIED);
+        assert_eq!(
+            cached_response(bytes::Bytes::from_static(b"{}"), "abc", "application/json", &again).status(),
+            StatusCode::NOT_MODIFIED
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! End-to-end (issue 7): the seed's admission example — a mutating webhook that injects an init
 //! container — against the real `skiff server`, with a webhook server started by the test
-//! (HTTPS, its certificate signed by the cluster CA, AdmissionReview v1, a JSONPatch answer);
-//! and the seed's `pod-reader` Role checked with a real client certificate for jane.
+//! (HTTPS, its certificate signed by the cluster CA, AdmissionReview v1, a JSONPatch answer and
+//! a warning kubectl prints), called by URL and through a Service's ready endpoint; and the
+//! seed's `pod-reader` Role checked with a real client certificate for jane.
 
 mod common;
 
@@ -37,7 +38,11 @@ fn eventually<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-/// Answers one AdmissionReview: a pod gets an init container `injected-init` (JSONPatch).
+/// The warning the test webhook returns with every answer.
+const WEBHOOK_WARNING: &str = "init container injected by the test webhook";
+
+/// Answers one AdmissionReview: a pod gets an init container `injected-init` (JSONPatch) and
+/// the answer carries [`WEBHOOK_WARNING`].
 fn admission_response(review: &serde_json::Value) -> serde_json::Value {
     let uid = review["request"]["uid"].clone();
     let pod = &review["request"]["object"];
@@ -51,7 +56,7 @@ fn admission_response(review: &serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch},
+        "response": {"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch, "warnings": [WEBHOOK_WARNING]},
     })
 }
 
@@ -168,6 +173,22 @@ webhooks:
     assert_eq!(init, "injected-init");
     assert!(calls.load(Ordering::SeqCst) >= 1, "the webhook server was called");
 
+    // The webhook's warning reaches the client as a `Warning: 299` header, which kubectl
+    // prints on stderr.
+    let out = server.kubectl(&[
+        "run",
+        "warned",
+        "--image=skiff.local/busybox:1.35",
+        "--labels=inject=true",
+        "--restart=Never",
+        "--",
+        "sleep",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("Warning: {WEBHOOK_WARNING}")), "kubectl stderr: {stderr}");
+
     // Pods outside the objectSelector are not sent to the webhook.
     let before = calls.load(Ordering::SeqCst);
     server.ok(&["run", "plain", "--image=skiff.local/busybox:1.35", "--restart=Never", "--", "sleep", "1"]);
@@ -219,4 +240,130 @@ fn jane_with_her_own_client_certificate_can_list_but_not_delete_pods() {
     server.ok(&["--kubeconfig", kc, "get", "pods"]);
     let err = server.fails(&["--kubeconfig", kc, "delete", "pod", "x"]);
     assert!(err.contains(r#"User "jane" cannot delete resource "pods""#), "{err}");
+}
+
+/// A webhook configured by `clientConfig.service` is called at a ready endpoint of that
+/// Service, with TLS verifying `<name>.<namespace>.svc`. The webhook server listens on
+/// loopback to keep the test hermetic, so its address is published the way a Service without
+/// a selector gets endpoints: an EndpointSlice the test writes, labelled with the service name
+/// (Kubernetes' Endpoints validation would refuse a loopback address; skiff's EndpointSlice
+/// validation, like kube-apiserver's for slices, checks only that it is an IP).
+#[test]
+fn a_webhook_configured_by_service_is_called_at_a_ready_endpoint() {
+    let server = Server::start();
+    let ca = cluster_ca(&server);
+    // Only the service DNS name: the call must use it as the TLS server name.
+    let serving = sign_leaf(&ca, "injector", &[], &["injector.webhooks.svc".to_string()], true).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let port = start_webhook(&serving, calls.clone());
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&ca.cert_pem);
+    let objects = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata:
+  name: webhooks
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: injector
+  namespace: webhooks
+spec:
+  ports:
+  - name: https
+    port: 443
+    targetPort: {port}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: injector-1
+  namespace: webhooks
+  labels:
+    kubernetes.io/service-name: injector
+addressType: IPv4
+ports:
+- name: https
+  port: {port}
+  protocol: TCP
+endpoints:
+- addresses: ["127.0.0.1"]
+  conditions:
+    ready: true
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: service-injector
+webhooks:
+- name: service-injector.skiff.test
+  clientConfig:
+    service:
+      namespace: webhooks
+      name: injector
+      path: /mutate
+      port: 443
+    caBundle: {ca_bundle}
+  rules:
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["pods"]
+  objectSelector:
+    matchLabels:
+      inject: "true"
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  failurePolicy: Fail
+  timeoutSeconds: 5
+"#
+    );
+    server.ok_stdin(&["apply", "-f", "-"], &objects);
+    let mut attempt = 0;
+    let init = eventually(30, "the webhook behind the service to inject the init container", || {
+        attempt += 1;
+        let name = format!("svc-{attempt}");
+        let out = server.kubectl(&[
+            "run",
+            &name,
+            "--image=skiff.local/busybox:1.35",
+            "--labels=inject=true",
+            "--restart=Never",
+            "--",
+            "sleep",
+            "1",
+        ]);
+        if !out.status.success() {
+            return None;
+        }
+        let init = server.ok(&["get", "pod", &name, "-o", "jsonpath={.spec.initContainers[*].name}"]);
+        (!init.is_empty()).then_some(init)
+    });
+    assert_eq!(init, "injected-init");
+    assert!(calls.load(Ordering::SeqCst) >= 1, "the webhook server was called");
+
+    // With its endpoint not ready the service cannot be reached: failurePolicy Fail rejects.
+    server.ok(&[
+        "patch",
+        "endpointslice",
+        "injector-1",
+        "-n",
+        "webhooks",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/endpoints/0/conditions/ready", "value": false}]"#,
+    ]);
+    let mut attempt = 0;
+    let err = eventually(30, "a create to fail without a ready endpoint", || {
+        attempt += 1;
+        let out = server.kubectl(&[
+            "run",
+            &format!("down-{attempt}"),
+            "--image=skiff.local/busybox:1.35",
+            "--labels=inject=true",
+            "--restart=Never",
+        ]);
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).to_string())
+    });
+    assert!(err.contains("service-injector.skiff.test") && err.contains("no ready endpoint"), "{err}");
 }

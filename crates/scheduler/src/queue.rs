@@ -529,6 +529,18 @@ impl SchedulingQueue {
         PendingCounts { active: g.active.len(), backoff: g.backoff.len(), unschedulable: g.unschedulable.len() }
     }
 
+    /// Pending pods per sub-queue, gated pods counted apart (`scheduler_pending_pods`).
+    pub fn pending_pods(&self) -> crate::framework::metrics::PendingPods {
+        let g = self.inner.lock();
+        let gated = g.unschedulable.values().filter(|q| q.gated).count();
+        crate::framework::metrics::PendingPods {
+            active: g.active.len(),
+            backoff: g.backoff.len(),
+            unschedulable: g.unschedulable.len() - gated,
+            gated,
+        }
+    }
+
     /// Where a pod is: `"active"`, `"backoff"`, `"unschedulable"`, `"in-flight"`, or None.
     pub fn locate(&self, key: &str) -> Option<&'static str> {
         let g = self.inner.lock();
@@ -549,6 +561,12 @@ impl SchedulingQueue {
     pub fn close(&self) {
         self.inner.lock().closed = true;
         self.cond.notify_all();
+    }
+}
+
+impl crate::framework::metrics::PendingPodsSource for SchedulingQueue {
+    fn pending_pods(&self) -> crate::framework::metrics::PendingPods {
+        SchedulingQueue::pending_pods(self)
     }
 }
 

@@ -16,6 +16,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cache::Cache;
+use crate::framework::metrics::{AttemptResult, ExtensionPoint};
 use crate::framework::{
     ClusterEvent, Code, CycleState, Diagnosis, FitError, Framework, Handle, NodeInfo, PodInfo, PodStatusUpdate,
     PostFilterResult, QueuedPodInfo, SchedulerEvent, Snapshot, Status,
@@ -245,10 +246,13 @@ impl Scheduler {
             return Outcome::Skipped;
         }
         let cycle = self.shared.queue.scheduling_cycle();
+        let start = Instant::now();
         let mut state = CycleState::new();
         let chosen = match self.scheduling_cycle(&fwk, &mut state, &pod) {
             Ok(c) => c,
             Err(f) => {
+                let secs = start.elapsed().as_secs_f64();
+                self.shared.handle.metrics.observe_attempt(fwk.profile_name(), AttemptResult::of_failure(f.code), secs);
                 let outcome = match f.code {
                     Code::Error => Outcome::Error(f.message.clone()),
                     _ => Outcome::Unschedulable {
@@ -263,26 +267,33 @@ impl Scheduler {
         let host = chosen.host.clone();
         // Assume: the next cycle sees the pod on the node right away.
         if let Err(e) = self.shared.cache.assume_pod(pod.clone(), &host) {
+            let secs = start.elapsed().as_secs_f64();
+            self.shared.handle.metrics.observe_attempt(fwk.profile_name(), AttemptResult::Error, secs);
             self.shared.handle_failure(q, Code::Error, e.to_string(), HashSet::new(), None, cycle);
             return Outcome::Error(e.to_string());
         }
         // The pod now occupies its node for real; it no longer needs a nomination.
         self.shared.handle.nominator.remove(&pod.uid);
+        let t = Instant::now();
         let s = fwk.run_reserve_plugins_reserve(&mut state, &pod, &host);
+        fwk.observe_extension_point(ExtensionPoint::Reserve, s.code(), t);
         if !s.is_success() {
-            return self.fail_after_assume(&fwk, &mut state, q, s, &host, cycle);
+            return self.fail_after_assume(&fwk, &mut state, q, s, &host, cycle, start);
         }
+        let t = Instant::now();
         let (s, timeout) = fwk.run_permit_plugins(&mut state, &pod, &host);
+        fwk.observe_extension_point(ExtensionPoint::Permit, s.code(), t);
         if !s.is_success() && !s.is_wait() {
-            return self.fail_after_assume(&fwk, &mut state, q, s, &host, cycle);
+            return self.fail_after_assume(&fwk, &mut state, q, s, &host, cycle, start);
         }
         let wait = s.is_wait().then(|| (fwk.permit_plugin_names().into_iter().collect::<HashSet<_>>(), timeout));
         self.shared.queue.done(&pod.key);
         let shared = self.shared.clone();
-        let binding = self.runtime.spawn(binding_cycle(shared, fwk, state, q, host.clone(), wait, cycle));
+        let binding = self.runtime.spawn(binding_cycle(shared, fwk, state, q, host.clone(), wait, cycle, start));
         Outcome::Scheduled { node: host, evaluated_nodes: chosen.evaluated, feasible_nodes: chosen.feasible, binding }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn fail_after_assume(
         &mut self,
         fwk: &Framework,
@@ -291,9 +302,14 @@ impl Scheduler {
         s: Status,
         host: &str,
         cycle: u64,
+        start: Instant,
     ) -> Outcome {
         let pod = q.pod_info.clone();
+        let t = Instant::now();
         fwk.run_reserve_plugins_unreserve(state, &pod, host);
+        fwk.observe_extension_point(ExtensionPoint::Unreserve, Code::Success, t);
+        let secs = start.elapsed().as_secs_f64();
+        self.shared.handle.metrics.observe_attempt(fwk.profile_name(), AttemptResult::of_failure(s.code()), secs);
         if let Err(e) = self.shared.cache.forget_pod(&pod.uid) {
             tracing::error!(pod = %pod.key, error = %e, "forgetting assumed pod");
         }
@@ -330,7 +346,9 @@ impl Scheduler {
             let mut fit = FitError { num_all_nodes: num_all, diagnosis };
             let mut nominating = None;
             if fwk.has_post_filter_plugins() {
+                let t = Instant::now();
                 let (r, s) = fwk.run_post_filter_plugins(state, pod, &self.snapshot, &fit.diagnosis.node_to_status);
+                fwk.observe_extension_point(ExtensionPoint::PostFilter, s.code(), t);
                 if s.code() == Code::Error {
                     tracing::warn!(pod = %pod.key, status = %s, "PostFilter failed");
                 }
@@ -348,11 +366,17 @@ impl Scheduler {
             return Ok(Chosen { host: feasible[0].name().to_string(), evaluated, feasible: 1 });
         }
         let totals = if fwk.has_score_plugins() {
+            let t = Instant::now();
             let s = fwk.run_pre_score_plugins(state, pod, &feasible, &self.snapshot);
+            fwk.observe_extension_point(ExtensionPoint::PreScore, s.code(), t);
             if !s.is_success() {
                 return Err(Failure::error(s.message()));
             }
-            fwk.run_score_plugins(state, pod, &feasible).map_err(|s| Failure::error(s.message()))?.0
+            let t = Instant::now();
+            let scored = fwk.run_score_plugins(state, pod, &feasible);
+            let code = scored.as_ref().map_or(Code::Error, |_| Code::Success);
+            fwk.observe_extension_point(ExtensionPoint::Score, code, t);
+            scored.map_err(|s| Failure::error(s.message()))?.0
         } else {
             vec![1; feasible.len()]
         };
@@ -385,7 +409,9 @@ impl Scheduler {
         pod: &Arc<PodInfo>,
     ) -> Result<(Vec<Arc<NodeInfo>>, Diagnosis), Failure> {
         let mut diagnosis = Diagnosis::default();
+        let t = Instant::now();
         let (pre_res, s, plugins) = fwk.run_pre_filter_plugins(state, pod, &self.snapshot);
+        fwk.observe_extension_point(ExtensionPoint::PreFilter, s.code(), t);
         if !s.is_success() {
             if !s.is_rejected() {
                 return Err(Failure::error(s.message()));
@@ -418,8 +444,16 @@ impl Scheduler {
         };
         let nodes = narrowed.as_deref().unwrap_or(self.snapshot.nodes());
         let pct = fwk.percentage_of_nodes_to_score.unwrap_or(self.percentage_of_nodes_to_score);
-        let (feasible, processed) =
-            find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, self.next_start_node_index, pct)?;
+        let t = Instant::now();
+        let filtered =
+            find_nodes_that_pass_filters(fwk, state, pod, &mut diagnosis, nodes, self.next_start_node_index, pct);
+        let code = match &filtered {
+            Err(_) => Code::Error,
+            Ok((f, _)) if f.is_empty() => Code::Unschedulable,
+            Ok(_) => Code::Success,
+        };
+        fwk.observe_extension_point(ExtensionPoint::Filter, code, t);
+        let (feasible, processed) = filtered?;
         if !nodes.is_empty() {
             self.next_start_node_index = (self.next_start_node_index + processed) % nodes.len();
         }
@@ -491,6 +525,7 @@ fn find_nodes_that_pass_filters(
 /// The binding cycle of one assumed pod (`bindingCycle`): on failure the pod is unreserved,
 /// forgotten by the cache (freeing its room, which may help parked pods) and requeued with
 /// backoff.
+#[allow(clippy::too_many_arguments)]
 async fn binding_cycle(
     shared: Shared,
     fwk: Arc<Framework>,
@@ -499,6 +534,7 @@ async fn binding_cycle(
     host: String,
     wait: Option<(HashSet<String>, Duration)>,
     cycle: u64,
+    attempt_start: Instant,
 ) -> Result<(), String> {
     let pod = q.pod_info.clone();
     let start = Instant::now();
@@ -507,17 +543,29 @@ async fn binding_cycle(
         s = fwk.wait_on_permit(&pod, plugins, timeout).await;
     }
     if s.is_success() {
+        let t = Instant::now();
         s = fwk.run_pre_bind_plugins(&state, &pod, &host).await;
+        fwk.observe_extension_point(ExtensionPoint::PreBind, s.code(), t);
     }
     if s.is_success() {
+        let t = Instant::now();
         s = fwk.run_bind_plugins(&state, &pod, &host).await;
         if s.is_skip() {
             s = Status::error("no bind plugin handled the pod");
         }
+        fwk.observe_extension_point(ExtensionPoint::Bind, s.code(), t);
     }
+    let metrics = &shared.handle.metrics;
     if s.is_success() {
         shared.cache.finish_binding(&pod.uid);
+        let t = Instant::now();
         fwk.run_post_bind_plugins(&state, &pod, &host);
+        fwk.observe_extension_point(ExtensionPoint::PostBind, Code::Success, t);
+        metrics.observe_attempt(fwk.profile_name(), AttemptResult::Scheduled, attempt_start.elapsed().as_secs_f64());
+        if let Some(first) = q.initial_attempt_timestamp {
+            let since = shared.queue.clock().now().saturating_duration_since(first);
+            metrics.observe_pod_scheduled(q.attempts, since.as_secs_f64());
+        }
         let msg = format!("Successfully assigned {}/{} to {}", pod.namespace, pod.name, host);
         let ev = SchedulerEvent::for_pod(&pod, "Normal", "Scheduled", "Binding", msg);
         if let Err(e) = shared.handle.api.record_event(ev).await {
@@ -526,7 +574,14 @@ async fn binding_cycle(
         tracing::debug!(pod = %pod.key, node = %host, elapsed = ?start.elapsed(), "bound");
         return Ok(());
     }
+    let t = Instant::now();
     fwk.run_reserve_plugins_unreserve(&mut state, &pod, &host);
+    fwk.observe_extension_point(ExtensionPoint::Unreserve, Code::Success, t);
+    metrics.observe_attempt(
+        fwk.profile_name(),
+        AttemptResult::of_failure(s.code()),
+        attempt_start.elapsed().as_secs_f64(),
+    );
     if let Err(e) = shared.cache.forget_pod(&pod.uid) {
         tracing::error!(pod = %pod.key, error = %e, "forgetting assumed pod");
     }

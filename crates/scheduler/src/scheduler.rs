@@ -14,6 +14,7 @@ use kube::Api;
 use crate::api::KubeApi;
 use crate::cache::Cache;
 use crate::config::{SchedulerConfig, build_frameworks};
+use crate::framework::metrics::SchedulerMetrics;
 use crate::framework::{
     ActionType, ClusterEvent, ClusterListers, EventResource, Handle, Nominator, Parallelizer, PodInfo,
     PreemptionPolicy, WaitingPods, preemption_policy_of,
@@ -145,10 +146,23 @@ impl Drop for CloseOnDrop {
 ///
 /// [`LeaderElector`]: skiff_controllers::leaderelection::LeaderElector
 pub async fn run_scheduler(client: kube::Client, config: SchedulerConfig) -> anyhow::Result<()> {
+    run_scheduler_with_metrics(client, config, SchedulerMetrics::default()).await
+}
+
+/// [`run_scheduler`] recording into `metrics` (register them in a registry first, e.g. the API
+/// server's, to have them served on `/metrics`; see [`crate::framework::metrics`]).
+///
+/// # Errors
+/// As [`run_scheduler`].
+pub async fn run_scheduler_with_metrics(
+    client: kube::Client,
+    config: SchedulerConfig,
+    metrics: SchedulerMetrics,
+) -> anyhow::Result<()> {
     config.validate()?;
     build_frameworks(&config, &Handle::new(Arc::new(crate::api::NoopApi))).map_err(|e| anyhow::anyhow!("{e}"))?;
     let Some(le) = config.leader_election() else {
-        return run_unelected(client, config).await;
+        return run_unelected_with_metrics(client, config, metrics).await;
     };
     use skiff_controllers::leaderelection::{LeaderElectionConfig, LeaderElector};
     let mut lec = LeaderElectionConfig::new(&le.namespace, &le.name);
@@ -157,7 +171,7 @@ pub async fn run_scheduler(client: kube::Client, config: SchedulerConfig) -> any
     lec.retry_period = le.retry_period;
     let elector = LeaderElector::from_client(client.clone(), lec)?;
     tracing::info!(identity = elector.identity(), lease = %format!("{}/{}", le.namespace, le.name), "scheduler waiting for leadership");
-    elector.run(run_unelected(client, config)).await?
+    elector.run(run_unelected_with_metrics(client, config, metrics)).await?
 }
 
 /// [`run_scheduler`] without leader election.
@@ -165,6 +179,18 @@ pub async fn run_scheduler(client: kube::Client, config: SchedulerConfig) -> any
 /// # Errors
 /// As [`run_scheduler`].
 pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> anyhow::Result<()> {
+    run_unelected_with_metrics(client, config, SchedulerMetrics::default()).await
+}
+
+/// [`run_unelected`] recording into `metrics`.
+///
+/// # Errors
+/// As [`run_scheduler`].
+pub async fn run_unelected_with_metrics(
+    client: kube::Client,
+    config: SchedulerConfig,
+    metrics: SchedulerMetrics,
+) -> anyhow::Result<()> {
     config.validate()?;
     let listers = Arc::new(InformerListers::default());
     let handle = Handle {
@@ -174,6 +200,7 @@ pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> any
         waiting_pods: Arc::new(WaitingPods::default()),
         parallelizer: Parallelizer::new(config.parallelism()),
         runtime: Some(tokio::runtime::Handle::current()),
+        metrics,
     };
     let profiles = build_frameworks(&config, &handle).map_err(|e| anyhow::anyhow!("{e}"))?;
     for fw in &profiles {
@@ -188,6 +215,8 @@ pub async fn run_unelected(client: kube::Client, config: SchedulerConfig) -> any
         config.queue_config(),
     ));
     let _close = CloseOnDrop(queue.clone());
+    let pending_source: Arc<dyn crate::framework::metrics::PendingPodsSource> = queue.clone();
+    handle.metrics.set_pending_pods_source(Arc::downgrade(&pending_source));
 
     // Informers for the kinds plugins read.
     let mut tasks = tokio::task::JoinSet::new();

@@ -600,6 +600,9 @@ pub struct Handle {
     pub parallelizer: Parallelizer,
     /// Where asynchronous API calls run (a thread is used when absent).
     pub runtime: Option<tokio::runtime::Handle>,
+    /// The scheduler's Prometheus metrics (unregistered, so unseen, unless the caller registered
+    /// them).
+    pub metrics: super::metrics::SchedulerMetrics,
 }
 
 impl Handle {
@@ -612,6 +615,7 @@ impl Handle {
             waiting_pods: Arc::new(WaitingPods::default()),
             parallelizer: Parallelizer::new(1),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            metrics: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 pub mod cycle_state;
 pub mod diagnosis;
 pub mod interface;
+pub mod metrics;
 pub mod node_info;
 pub mod parallelize;
 pub mod registry;

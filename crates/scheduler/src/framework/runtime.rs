@@ -9,6 +9,7 @@ use super::cycle_state::CycleState;
 use super::interface::{
     Handle, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeToStatus, Plugin, PostFilterResult, PreFilterResult,
 };
+use super::metrics::{ExtensionPoint, ProfileMetrics};
 use super::node_info::{NodeInfo, Snapshot};
 use super::status::{Code, Status};
 use super::types::{ClusterEvent, PodInfo, QueuedPodInfo};
@@ -53,6 +54,7 @@ pub struct Framework {
     events: HashMap<String, Vec<ClusterEvent>>,
     /// The profile's `percentageOfNodesToScore` (overrides the global one).
     pub percentage_of_nodes_to_score: Option<i32>,
+    metrics: ProfileMetrics,
 }
 
 impl std::fmt::Debug for Framework {
@@ -107,7 +109,15 @@ impl Framework {
         for p in all {
             events.insert(p.name().to_string(), p.events_to_register());
         }
-        Ok(Self { profile_name: profile_name.to_string(), handle, plugins, events, percentage_of_nodes_to_score: None })
+        let metrics = handle.metrics.for_profile(profile_name);
+        Ok(Self {
+            profile_name: profile_name.to_string(),
+            handle,
+            plugins,
+            events,
+            percentage_of_nodes_to_score: None,
+            metrics,
+        })
     }
 
     /// The profile name (`schedulerName`).
@@ -118,6 +128,16 @@ impl Framework {
     /// The handle shared with plugins.
     pub fn handle(&self) -> &Handle {
         &self.handle
+    }
+
+    /// This profile's metric handles (`scheduler_framework_extension_point_duration_seconds`).
+    pub fn metrics(&self) -> &ProfileMetrics {
+        &self.metrics
+    }
+
+    /// Records how long `point` took since `start` and how it ended.
+    pub fn observe_extension_point(&self, point: ExtensionPoint, code: Code, start: std::time::Instant) {
+        self.metrics.observe_extension_point(point, code, start.elapsed().as_secs_f64());
     }
 
     /// Enabled plugin names per extension point, for logs and tests.

@@ -229,6 +229,7 @@ impl DefaultPreemption {
         if let Err(msg) = self.eligible(pod, snapshot, statuses) {
             return (None, Status::unschedulable(msg));
         }
+        fwk.handle().metrics.inc_preemption_attempts();
         let mut node_statuses = NodeToStatus::default();
         let mut potential: Vec<&Arc<NodeInfo>> = Vec::new();
         for n in snapshot.nodes() {
@@ -271,6 +272,7 @@ impl DefaultPreemption {
         let Some(best) = Self::select_candidate(&candidates) else {
             return (None, Status::error("no candidate selected"));
         };
+        fwk.handle().metrics.observe_preemption_victims(best.victims.len());
         self.prepare_candidate(fwk, best, pod);
         (Some(PostFilterResult { nominated_node_name: Some(best.node.clone()) }), Status::success())
     }

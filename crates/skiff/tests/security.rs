@@ -318,3 +318,35 @@ spec:
     assert!(err.contains(r#"violates PodSecurity "restricted:latest""#), "{err}");
     assert!(err.contains("privileged"), "{err}");
 }
+
+#[test]
+fn always_allow_and_disabled_admission_plugins_turn_the_pipeline_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = tmp.path().join("tokens.csv");
+    std::fs::write(&tokens, "jane-s3cret,jane,1001,\"dev\"\n").unwrap();
+    let server = Server::start_with(&[
+        "--token-auth-file",
+        tokens.to_str().unwrap(),
+        "--authorization-mode=AlwaysAllow",
+        "--disable-admission-plugins=ServiceAccount,PodSecurity",
+    ]);
+    let jane = kubeconfig(&server, tmp.path(), "jane", Some("jane-s3cret"));
+    // Authentication still applies; authorization allows jane without any binding.
+    assert_eq!(raw_get(&server, "/api", Some("wrong")).0, 401);
+    let (ok, stdout, stderr) = kubectl_as(&server, &jane, &["auth", "can-i", "delete", "nodes"]);
+    assert!(ok && stdout.trim() == "yes", "{stdout} {stderr}");
+    let (ok, _, stderr) =
+        kubectl_as(&server, &jane, &["run", "p", "--image=skiff.local/busybox:1.35", "--restart=Never"]);
+    assert!(ok, "{stderr}");
+    // ServiceAccount admission is off: no service account or token volume is added.
+    let sa = server.ok(&["get", "pod", "p", "-o", "jsonpath={.spec.serviceAccountName}|{.spec.volumes}"]);
+    assert_eq!(sa, "|", "ServiceAccount admission ran");
+    // Unknown names are refused at startup, as kube-apiserver does.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args(["server", "--disable-admission-plugins=NoSuchPlugin", "--data-dir"])
+        .arg(tmp.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NoSuchPlugin"), "{}", String::from_utf8_lossy(&out.stderr));
+}

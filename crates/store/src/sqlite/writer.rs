@@ -67,6 +67,12 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// WAL length at which the writer finishes a checkpoint itself: the background checkpointer
 /// cannot reset a WAL that the writer never stops appending to.
 const WAL_FORCE_CHECKPOINT_BYTES: i64 = 64 * 1024 * 1024;
+/// The checkpointer asks the writer to finish a checkpoint only after one of its own copied at
+/// most this many new frames (about 1 MiB of 2 KiB pages), which the writer's then roughly
+/// repeats: frames written meanwhile plus one fsync of the database file.
+const FORCE_CATCH_UP_FRAMES: i64 = 512;
+/// At most this many catch-up checkpoints in a row (writes may outrun them).
+const MAX_CATCH_UP_CHECKPOINTS: u32 = 16;
 /// While writes keep coming, the checkpointer waits until about this many bytes were written
 /// since its last checkpoint: checkpointing every few batches copies the same hot pages (index
 /// pages, the newest table page) into the database file again and again, doubling the disk
@@ -113,8 +119,15 @@ pub(super) enum WriteOutcome {
 /// What the writer thread's queue carries.
 pub(super) enum Request {
     /// `queued_at`: when the caller sent it, for the queue-wait figures of [`super::SqliteStats`].
-    Write { op: WriteOp, reply: oneshot::Sender<Result<WriteOutcome>>, queued_at: Instant },
-    Compact { revision: Revision, reply: oneshot::Sender<Result<()>> },
+    Write {
+        op: WriteOp,
+        reply: oneshot::Sender<Result<WriteOutcome>>,
+        queued_at: Instant,
+    },
+    Compact {
+        revision: Revision,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +159,9 @@ pub(super) struct Writer {
     background_not_before: Instant,
     /// History rows the next compaction transaction reads, adapted to [`COMPACTION_CHUNK_BUDGET`].
     compaction_rows: usize,
+    /// Whether the current background step stops as soon as a write is queued (false when
+    /// writes kept it waiting too long: it then stops only at its time budget).
+    background_yields: bool,
     /// When the last background step (compaction, vacuum, forced checkpoint) started and ended,
     /// until the next batch: writes queued meanwhile waited for it.
     last_background: Option<(Instant, Instant)>,
@@ -237,6 +253,7 @@ impl Writer {
             vacuum_pages: 16,
             background_not_before: Instant::now(),
             compaction_rows: COMPACTION_FIRST_CHUNK,
+            background_yields: true,
             last_background: None,
         })
     }
@@ -333,8 +350,14 @@ impl Writer {
                 next_tick = Some(Instant::now() + interval);
             }
             // Background work waits for the pause after the previous step and yields to writes
-            // already queued (they are taken first on the next turn of the loop).
-            if Instant::now() >= self.background_not_before && self.shared.queued_writes.load(Ordering::SeqCst) == 0 {
+            // already queued (they are taken first on the next turn of the loop), but not for
+            // ever: when writes never stop queueing it runs anyway, bounded by its time budget
+            // only, so compaction keeps a fifth of the writer's time under any load.
+            let now = Instant::now();
+            let queued = self.shared.queued_writes.load(Ordering::SeqCst) > 0;
+            let starved = now >= self.background_not_before + BACKGROUND_PAUSE_MAX;
+            self.background_yields = !starved;
+            if now >= self.background_not_before && (!queued || starved) {
                 if self.compact_cursor < self.compacted {
                     if let Err(e) = self.compact_chunk(self.compaction_rows) {
                         tracing::warn!(error = %e, "compaction chunk failed; retrying later");
@@ -526,7 +549,7 @@ impl Writer {
         let target = self.compacted;
         let cursor = self.compact_cursor;
         let shared = self.shared.clone();
-        let mut cut_short = false;
+        let yields = self.background_yields;
         let step_started = Instant::now();
         let new_cursor = self.background_transaction(|conn| {
             let started = Instant::now();
@@ -547,10 +570,9 @@ impl Writer {
                 }
                 if i + 1 < rows.len()
                     && (started.elapsed() >= COMPACTION_CHUNK_BUDGET
-                        || shared.queued_writes.load(Ordering::Relaxed) > 0)
+                        || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0))
                 {
                     new_cursor = rev;
-                    cut_short = true;
                     break;
                 }
             }
@@ -558,7 +580,8 @@ impl Writer {
             Ok(new_cursor)
         })?;
         let took = step_started.elapsed();
-        if took > COMPACTION_CHUNK_BUDGET * 2 || cut_short {
+        // A step cut short by a queued write says nothing about the size: only time adapts it.
+        if took > COMPACTION_CHUNK_BUDGET * 2 {
             self.compaction_rows = (self.compaction_rows / 2).max(1);
         } else if took < COMPACTION_CHUNK_BUDGET / 2 {
             self.compaction_rows = (self.compaction_rows * 2).min(COMPACTION_CHUNK.max(chunk));
@@ -591,12 +614,13 @@ impl Writer {
         let n = (free - KEEP_FREE_PAGES).min(self.vacuum_pages);
         let started = Instant::now();
         let shared = self.shared.clone();
+        let yields = self.background_yields;
         let step = self.background_transaction(|conn| {
             // The pragma frees one page per step of its statement: run it to completion.
             let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
             let mut rows = stmt.query([])?;
             while rows.next()?.is_some() {
-                if shared.queued_writes.load(Ordering::Relaxed) > 0 {
+                if yields && shared.queued_writes.load(Ordering::Relaxed) > 0 {
                     break;
                 }
             }
@@ -727,8 +751,14 @@ pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<
     let force_frames = WAL_FORCE_CHECKPOINT_BYTES / page_size;
     let mut seen_batches = u64::MAX;
     let mut seen_chunks = u64::MAX;
+    // Frames already copied by the previous checkpoint of the same WAL.
+    let mut backfilled = 0i64;
+    // Checkpoints in a row made to catch up before forcing one on the writer.
+    let mut catch_up = 0u32;
     loop {
-        match stop.recv_timeout(CHECKPOINT_EVERY) {
+        let catching_up = catch_up > 0;
+        let wait = if catching_up { Duration::ZERO } else { CHECKPOINT_EVERY };
+        match stop.recv_timeout(wait) {
             Err(RecvTimeoutError::Disconnected) => break,
             Ok(()) | Err(RecvTimeoutError::Timeout) => {}
         }
@@ -737,14 +767,14 @@ pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<
         let pending = shared.stats.wal_bytes.load(Ordering::Relaxed);
         let writing = batches != seen_batches;
         let compacting = chunks != seen_chunks;
-        if !writing && !compacting {
+        if !writing && !compacting && !catching_up {
             continue;
         }
         seen_batches = batches;
         seen_chunks = chunks;
         // Compaction writes many pages that `wal_bytes` does not count: keep up with it, or
         // the writer would have to checkpoint a large WAL itself.
-        if writing && !compacting && pending < CHECKPOINT_BYTES {
+        if writing && !compacting && !catching_up && pending < CHECKPOINT_BYTES {
             continue;
         }
         shared.stats.wal_bytes.fetch_sub(pending, Ordering::Relaxed);
@@ -759,8 +789,20 @@ pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<
                 );
                 shared.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
                 if log_frames >= force_frames {
-                    shared.force_checkpoint.store(true, Ordering::Relaxed);
+                    // The writer must finish a checkpoint itself to start the WAL over, and
+                    // writes wait meanwhile: first catch up here, checkpoint after checkpoint,
+                    // until the frames left to copy are few, so the writer's part is short.
+                    let fresh = if copied >= backfilled { copied - backfilled } else { copied };
+                    if fresh <= FORCE_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS {
+                        shared.force_checkpoint.store(true, Ordering::Relaxed);
+                        catch_up = 0;
+                    } else {
+                        catch_up += 1;
+                    }
+                } else {
+                    catch_up = 0;
                 }
+                backfilled = copied;
             }
             Err(e) => tracing::warn!(error = %e, "background checkpoint failed"),
         }

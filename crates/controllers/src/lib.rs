@@ -16,7 +16,8 @@
 //! - [`events`]: the event recorder every component uses (core/v1 Events, aggregated).
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`garbagecollector`], [`namespace`],
-//! [`serviceaccount`], and event TTL cleanup, wired together by [`run_controller_manager`].
+//! [`serviceaccount`], and event TTL cleanup, wired together by [`run_controller_manager`]; and
+//! [`nodeipam`], which `skiff server` runs on its own (it needs `--cluster-cidr`).
 
 // `ApiError` (a `metav1.Status`) is the error of every API call; boxing it everywhere would
 // buy little: errors are the slow path.
@@ -35,6 +36,7 @@ pub mod leaderelection;
 pub mod manager;
 pub mod metrics;
 pub mod namespace;
+pub mod nodeipam;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod util;

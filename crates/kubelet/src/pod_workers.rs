@@ -793,6 +793,17 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
         rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
     }
 
+    // Projected service-account tokens are rewritten before they expire (checked every sync,
+    // i.e. at least every RESYNC; also for pods adopted after an agent restart).
+    if !st.finished {
+        let now = std::time::SystemTime::now();
+        if let Err(e) =
+            volumes::refresh_service_account_tokens(inner.host.as_ref(), &inner.cfg.root_dir, pod, now).await
+        {
+            tracing::warn!(pod = %pod_desc(pod), error = %e, "refreshing service account tokens failed");
+        }
+    }
+
     // 4. Finished? (restartPolicy Never/OnFailure, every container exited for good.)
     if policy != "Always" && init_done && !spec.containers.is_empty() {
         let all_done = spec.containers.iter().all(|c| match rt.latest(&c.name) {

@@ -5,11 +5,14 @@
 //! Follows "Volumes" (<https://kubernetes.io/docs/concepts/storage/volumes/>) and "Projected
 //! Volumes" (<https://kubernetes.io/docs/concepts/storage/projected-volumes/>). Differences:
 //! secret and `medium: Memory` volumes live on disk (no tmpfs), and configMap/secret contents
-//! are written when containers start rather than refreshed periodically.
+//! are written when containers start rather than refreshed periodically. Projected
+//! service-account tokens are refreshed ([`refresh_service_account_tokens`]) as the kubelet's
+//! token manager does: when older than 80 % of their lifetime or 24 hours.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, Volume};
 
@@ -244,7 +247,10 @@ pub async fn setup_volumes(
                     files.extend(downward_files(pod, d.items.as_deref().unwrap_or_default(), mode, facts)?);
                 }
                 if let Some(t) = &src.service_account_token {
-                    let expiration = t.expiration_seconds.unwrap_or(3607).max(600);
+                    let expiration = t
+                        .expiration_seconds
+                        .unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS)
+                        .max(MIN_TOKEN_EXPIRATION_SECONDS);
                     let token = host
                         .service_account_token(pod, t.audience.clone(), expiration)
                         .await
@@ -266,6 +272,104 @@ pub async fn setup_volumes(
         paths.insert(v.name.clone(), path);
     }
     Ok(paths)
+}
+
+/// The default `expirationSeconds` of a projected service-account token (1 h + 7 s, as the API
+/// server's ServiceAccount admission sets it).
+pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3607;
+
+/// The shortest `expirationSeconds` a projected token may ask for (Kubernetes' validation).
+pub const MIN_TOKEN_EXPIRATION_SECONDS: i64 = 600;
+
+/// A token older than this is refreshed whatever its lifetime (the kubelet token manager's
+/// `maxTTL`).
+pub const MAX_TOKEN_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// When a token issued at `issued_at` and expiring at `expires_at` must be replaced: after
+/// 80 % of its lifetime, or after [`MAX_TOKEN_AGE`], whichever comes first
+/// (`pkg/kubelet/token/token_manager.go`, `requiresRefresh`, without its jitter).
+pub fn token_refresh_due(issued_at: SystemTime, expires_at: SystemTime) -> SystemTime {
+    let ttl = expires_at.duration_since(issued_at).unwrap_or_default();
+    (issued_at + ttl.mul_f64(0.8)).min(issued_at + MAX_TOKEN_AGE)
+}
+
+/// `iat` and `exp` of a JWT, read without verifying it (the kubelet only schedules refreshes
+/// with them; the API server verifies tokens). `None` when the token is not a JWT with both.
+pub fn jwt_issued_and_expiry(token: &str) -> Option<(SystemTime, SystemTime)> {
+    use base64::Engine as _;
+    let payload = token.trim().split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let at = |k: &str| claims.get(k).and_then(|v| v.as_u64()).map(|s| UNIX_EPOCH + Duration::from_secs(s));
+    Some((at("iat")?, at("exp")?))
+}
+
+/// Rewrites the projected service-account tokens of `pod` that are due ([`token_refresh_due`])
+/// at `now`, with new tokens from the TokenRequest API, atomically (the containers see the new
+/// file through their bind mount of the volume directory). Volumes not set up yet are skipped.
+/// A token file that is not a JWT (no TokenRequest API) is treated as issued at its
+/// modification time with the requested lifetime.
+///
+/// Returns how many files were rewritten and the earliest time one is due next (`None`
+/// without projected tokens).
+///
+/// # Errors
+/// [`ConfigError`] when a token cannot be requested or written; the other tokens are still
+/// tried first.
+pub async fn refresh_service_account_tokens(
+    host: &dyn PodHost,
+    root: &Path,
+    pod: &Pod,
+    now: SystemTime,
+) -> Result<(usize, Option<SystemTime>), ConfigError> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut refreshed = 0;
+    let mut next_due: Option<SystemTime> = None;
+    let mut first_error = None;
+    for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+        let Some(p) = &v.projected else { continue };
+        let dir = volume_dir(root, &uid, "projected", &v.name);
+        let mode = p.default_mode.unwrap_or(0o644);
+        for t in p.sources.iter().flatten().filter_map(|s| s.service_account_token.as_ref()) {
+            let Ok(rel) = relative_path(&t.path) else { continue };
+            let file = dir.join(rel);
+            let Ok(current) = std::fs::read_to_string(&file) else { continue };
+            let expiration =
+                t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_EXPIRATION_SECONDS).max(MIN_TOKEN_EXPIRATION_SECONDS);
+            let (issued, expires) = jwt_issued_and_expiry(&current).unwrap_or_else(|| {
+                let written = std::fs::metadata(&file).and_then(|m| m.modified()).unwrap_or(now);
+                (written, written + Duration::from_secs(expiration as u64))
+            });
+            let mut due = token_refresh_due(issued, expires);
+            if now >= due {
+                let token = host.service_account_token(pod, t.audience.clone(), expiration).await;
+                match token {
+                    Ok(Some(token)) => match write_file(&dir, &t.path, token.as_bytes(), mode) {
+                        Ok(()) => {
+                            refreshed += 1;
+                            tracing::debug!(pod = %uid, file = %file.display(), "service account token refreshed");
+                            let (i, e) = jwt_issued_and_expiry(&token)
+                                .unwrap_or((now, now + Duration::from_secs(expiration as u64)));
+                            due = token_refresh_due(i, e);
+                        }
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    },
+                    // No TokenRequest API: nothing better to write.
+                    Ok(None) => due = now + Duration::from_secs(expiration as u64),
+                    Err(e) => {
+                        first_error.get_or_insert(ConfigError(format!("requesting a service account token: {e}")));
+                    }
+                }
+            }
+            next_due = Some(next_due.map_or(due, |n| n.min(due)));
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok((refreshed, next_due)),
+    }
 }
 
 fn write_all(dir: &Path, files: Vec<(String, Vec<u8>, i32)>) -> Result<(), ConfigError> {
@@ -464,5 +568,143 @@ mod tests {
         assert!(text.contains("127.0.0.1\tlocalhost"));
         assert!(text.contains("10.42.0.7\tweb-0"));
         assert!(text.contains("10.1.2.3\tfoo\tbar"));
+    }
+}
+
+#[cfg(test)]
+mod token_refresh_tests {
+    use std::sync::Mutex;
+
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, PodSpec, PodStatus, ProjectedVolumeSource, Secret, ServiceAccountTokenProjection, VolumeProjection,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::Error;
+    use crate::host::PodEvent;
+
+    /// Issues JWT-shaped tokens (`iat` = the injected clock, `exp` = iat + expirationSeconds).
+    struct TokenHost {
+        clock: Mutex<SystemTime>,
+        issued: Mutex<Vec<i64>>,
+    }
+
+    fn jwt(iat: SystemTime, ttl_secs: u64, serial: usize) -> String {
+        let iat = iat.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let claims = serde_json::json!({ "iat": iat, "exp": iat + ttl_secs, "jti": serial.to_string() });
+        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!("{}.{}.sig", enc.encode(br#"{"alg":"ES256"}"#), enc.encode(claims.to_string()))
+    }
+
+    #[async_trait::async_trait]
+    impl PodHost for TokenHost {
+        async fn config_map(&self, _: &str, _: &str) -> Result<Option<ConfigMap>, Error> {
+            Ok(None)
+        }
+        async fn secret(&self, _: &str, _: &str) -> Result<Option<Secret>, Error> {
+            Ok(None)
+        }
+        async fn service_account_token(&self, _: &Pod, _: Option<String>, exp: i64) -> Result<Option<String>, Error> {
+            let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+            issued.push(exp);
+            let now = *self.clock.lock().unwrap_or_else(|e| e.into_inner());
+            Ok(Some(jwt(now, exp as u64, issued.len())))
+        }
+        async fn update_pod_status(&self, _: &Pod, _: &PodStatus) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_pod(&self, _: &Pod) -> Result<(), Error> {
+            Ok(())
+        }
+        fn record_event(&self, _: &Pod, _: PodEvent) {}
+    }
+
+    fn token_pod(expiration_seconds: i64) -> Pod {
+        let source = VolumeProjection {
+            service_account_token: Some(ServiceAccountTokenProjection {
+                path: "token".into(),
+                expiration_seconds: Some(expiration_seconds),
+                audience: None,
+            }),
+            ..Default::default()
+        };
+        Pod {
+            metadata: ObjectMeta { uid: Some("uid-1".into()), name: Some("p".into()), ..Default::default() },
+            spec: Some(PodSpec {
+                volumes: Some(vec![Volume {
+                    name: "kube-api-access".into(),
+                    projected: Some(ProjectedVolumeSource { sources: Some(vec![source]), default_mode: Some(0o644) }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn facts() -> NodeFacts {
+        NodeFacts {
+            host_ip: "10.0.0.1".into(),
+            pod_ip: "10.42.0.5".into(),
+            allocatable_cpu_millis: 1000,
+            allocatable_memory: 1 << 30,
+            allocatable_ephemeral_storage: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn a_token_is_due_at_80_percent_of_its_lifetime_or_after_a_day() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(token_refresh_due(t0, t0 + Duration::from_secs(600)), t0 + Duration::from_secs(480));
+        assert_eq!(token_refresh_due(t0, t0 + Duration::from_secs(3607)), t0 + Duration::from_millis(2_885_600));
+        assert_eq!(token_refresh_due(t0, t0 + Duration::from_secs(7 * 24 * 3600)), t0 + MAX_TOKEN_AGE);
+        assert_eq!(jwt_issued_and_expiry(&jwt(t0, 600, 1)), Some((t0, t0 + Duration::from_secs(600))));
+        assert_eq!(jwt_issued_and_expiry("not-a-jwt"), None);
+    }
+
+    #[tokio::test]
+    async fn the_projected_token_is_rewritten_only_once_due() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let t0 = UNIX_EPOCH + Duration::from_secs(2_000_000);
+        let host = TokenHost { clock: Mutex::new(t0), issued: Mutex::new(Vec::new()) };
+        let pod = token_pod(600);
+        let paths = setup_volumes(&host, dir.path(), &pod, &facts()).await.unwrap_or_else(|e| panic!("{e}"));
+        let file = paths["kube-api-access"].join("token");
+        let first = std::fs::read_to_string(&file).unwrap_or_default();
+        assert_eq!(jwt_issued_and_expiry(&first), Some((t0, t0 + Duration::from_secs(600))));
+
+        // 79 % of 600 s: not yet; the next due time is reported.
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let r = refresh_service_account_tokens(&host, dir.path(), &pod, at(474)).await;
+        assert_eq!(r.ok(), Some((0, Some(at(480)))));
+        assert_eq!(std::fs::read_to_string(&file).unwrap_or_default(), first);
+
+        // Past 80 %: a new token (asked with the same expirationSeconds) replaces the file.
+        *host.clock.lock().unwrap_or_else(|e| e.into_inner()) = at(486);
+        let r = refresh_service_account_tokens(&host, dir.path(), &pod, at(486)).await;
+        assert_eq!(r.ok(), Some((1, Some(at(486 + 480)))));
+        let second = std::fs::read_to_string(&file).unwrap_or_default();
+        assert_ne!(second, first);
+        assert_eq!(jwt_issued_and_expiry(&second), Some((at(486), at(486 + 600))));
+        assert_eq!(*host.issued.lock().unwrap_or_else(|e| e.into_inner()), vec![600, 600]);
+    }
+
+    #[tokio::test]
+    async fn long_lived_tokens_are_refreshed_after_a_day_and_unset_volumes_are_skipped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let t0 = UNIX_EPOCH + Duration::from_secs(3_000_000);
+        let host = TokenHost { clock: Mutex::new(t0), issued: Mutex::new(Vec::new()) };
+        let pod = token_pod(7 * 24 * 3600);
+        // Not set up yet: nothing to refresh.
+        let r = refresh_service_account_tokens(&host, dir.path(), &pod, t0).await;
+        assert_eq!(r.ok(), Some((0, None)));
+        setup_volumes(&host, dir.path(), &pod, &facts()).await.unwrap_or_else(|e| panic!("{e}"));
+        let day = t0 + MAX_TOKEN_AGE;
+        let r = refresh_service_account_tokens(&host, dir.path(), &pod, day - Duration::from_secs(1)).await;
+        assert_eq!(r.ok().map(|r| r.0), Some(0));
+        let r = refresh_service_account_tokens(&host, dir.path(), &pod, day).await;
+        assert_eq!(r.ok().map(|r| r.0), Some(1));
     }
 }

@@ -21,6 +21,12 @@ pub struct ApiHarness {
 
 /// Starts an API server on 127.0.0.1 (free port) with namespaces default and kube-node-lease.
 pub async fn start_api_server() -> ApiHarness {
+    start_api_server_with(false).await
+}
+
+/// As [`start_api_server`]; with `secure` the security pipeline as `skiff server` runs it
+/// (authentication, RBAC, admission, TokenRequest).
+pub async fn start_api_server_with(secure: bool) -> ApiHarness {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
@@ -34,6 +40,7 @@ pub async fn start_api_server() -> ApiHarness {
     let mut config = Config::new(dir.path());
     config.bind_address = "127.0.0.1".parse().unwrap_or_else(|e| panic!("addr: {e}"));
     config.port = 0;
+    config.rbac = secure;
     let server = ApiServer::start(config, store).await.unwrap_or_else(|e| panic!("starting the API server: {e}"));
     server.wait_ready().await;
     let client = server.client().await.unwrap_or_else(|e| panic!("client: {e}"));

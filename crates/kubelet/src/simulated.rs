@@ -48,6 +48,9 @@ pub const SIMULATED_NODE_LABEL: &str = "skiff.io/simulated";
 /// or `Failed`.
 pub const SIMULATED_PHASE_ANNOTATION: &str = "skiff.io/simulated-phase";
 
+/// Field selector of the pod watch: pods bound to some node.
+const BOUND_PODS: &str = "spec.nodeName!=";
+
 /// How often each simulated node's status (heartbeat times) is rewritten even when nothing
 /// changed (kubelet `nodeStatusReportFrequency`).
 const NODE_STATUS_REPORT_INTERVAL: Duration = Duration::from_secs(300);
@@ -322,7 +325,9 @@ fn pod_node(pod: &Pod) -> Option<&str> {
 
 async fn watch_pods(state: Arc<State>) {
     let api: Api<Pod> = Api::all(state.client.clone());
-    let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+    // Only bound pods concern a node: unbound ones (every pod between its create and its
+    // binding) are filtered out by the server instead of being decoded here.
+    let mut stream = watcher::watcher(api, watcher::Config::default().fields(BOUND_PODS)).boxed();
     let mut relisted: HashSet<String> = HashSet::new();
     loop {
         let event = match stream.try_next().await {

@@ -253,17 +253,20 @@ impl RbacObject {
     }
 }
 
-/// A role's rules as the authorizer evaluates them: the API rules and their compiled form.
+/// A role's rules as the authorizer evaluates them: the API rules, their compiled form, and
+/// the union of their verbs, so a role without the request's verb is skipped whole.
 #[derive(Debug, Default)]
 struct RoleEntry {
     rules: Vec<PolicyRule>,
     compiled: Vec<rules::CompiledRule>,
+    verbs: rules::VerbSet,
 }
 
 impl RoleEntry {
     fn new(rules: Vec<PolicyRule>) -> Arc<Self> {
-        let compiled = rules.iter().map(rules::CompiledRule::new).collect();
-        Arc::new(Self { rules, compiled })
+        let compiled: Vec<rules::CompiledRule> = rules.iter().map(rules::CompiledRule::new).collect();
+        let verbs = rules::VerbSet::union(&compiled);
+        Arc::new(Self { rules, compiled, verbs })
     }
 }
 
@@ -459,10 +462,12 @@ impl State {
 
     /// Visits every rule that applies to `user` in `namespace`, ClusterRoleBindings first. The
     /// visitor returns `false` to stop. Rule-resolution errors go to `errors`.
+    /// With `verb` (a [`rules::verb_bit`]) only roles that may have the verb are visited.
     fn visit_rules(
         &self,
         user: &UserInfo,
         namespace: &str,
+        verb: Option<u32>,
         errors: &mut Vec<String>,
         mut visit: impl FnMut(&BindingEntry, usize, &PolicyRule, &rules::CompiledRule) -> bool,
     ) {
@@ -471,6 +476,11 @@ impl State {
         for (b, i) in bindings {
             match &b.resolved {
                 Ok(role) => {
+                    if let Some(bit) = verb
+                        && !role.verbs.may_contain(bit)
+                    {
+                        continue;
+                    }
                     for (r, c) in role.rules.iter().zip(&role.compiled) {
                         if !visit(b, *i, r, c) {
                             return;
@@ -734,7 +744,7 @@ impl RbacAuthorizer {
         let mut errors = Vec::new();
         let mut allowed = false;
         let verb = rules::verb_bit(attrs.verb);
-        st.visit_rules(attrs.user, attrs.namespace, &mut errors, |b, i, _, compiled| {
+        st.visit_rules(attrs.user, attrs.namespace, Some(verb), &mut errors, |b, i, _, compiled| {
             if compiled.allows(attrs, verb) {
                 on_allow(b, i);
                 allowed = true;
@@ -762,7 +772,7 @@ impl RbacAuthorizer {
         }
         let st = self.state.read();
         let mut errors = Vec::new();
-        st.visit_rules(user, namespace, &mut errors, |_, _, r, _| {
+        st.visit_rules(user, namespace, None, &mut errors, |_, _, r, _| {
             out.rules.push(r.clone());
             true
         });

@@ -151,6 +151,31 @@ impl CompiledRule {
     }
 }
 
+/// The verbs of several rules together (a role's), to skip a role that cannot match a verb
+/// before looking at its rules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VerbSet {
+    mask: u32,
+    /// Some rule names a verb outside [`verb_bit`]'s table.
+    other: bool,
+}
+
+impl VerbSet {
+    /// The verbs of `rules`.
+    pub fn union(rules: &[CompiledRule]) -> Self {
+        rules.iter().fold(Self::default(), |acc, r| Self {
+            mask: acc.mask | r.mask,
+            other: acc.other || !r.other_verbs.is_empty(),
+        })
+    }
+
+    /// `false` when no rule can have a verb whose [`verb_bit`] is `bit` (0: a verb outside the
+    /// table); `true` when one may.
+    pub fn may_contain(&self, bit: u32) -> bool {
+        self.mask & (VERB_ALL_BIT | bit) != 0 || (bit == 0 && self.other)
+    }
+}
+
 /// Whether `rule` allows the request described by `attrs`.
 pub fn rule_allows(attrs: &Attributes<'_>, rule: &PolicyRule) -> bool {
     if attrs.resource_request {

@@ -104,6 +104,11 @@ pub struct BenchReport {
     pub latency_percentiles: [Duration; 4],
     /// Workers used.
     pub parallelism: usize,
+    /// CPU time (user + system, all threads of the process) spent per measured scheduled pod:
+    /// independent of how busy the machine is. None where `/proc/self/stat` is unreadable.
+    pub cpu_per_pod: Option<Duration>,
+    /// `/proc/loadavg`'s 1-minute load average at the end of the run (context for `elapsed`).
+    pub load_average: Option<f64>,
 }
 
 impl std::fmt::Display for BenchReport {
@@ -112,7 +117,7 @@ impl std::fmt::Display for BenchReport {
         write!(
             f,
             "{}: {} nodes, {} initial + {} measured pods: {} scheduled, {} unschedulable in {:.2?} = {:.0} pods/s; \
-             cycle latency p50 {:.0?} p90 {:.0?} p95 {:.0?} p99 {:.0?} (parallelism {})",
+             cycle latency p50 {:.0?} p90 {:.0?} p95 {:.0?} p99 {:.0?}; CPU {} µs/pod (parallelism {}, load average {})",
             self.case,
             self.nodes,
             self.initial_pods,
@@ -125,7 +130,9 @@ impl std::fmt::Display for BenchReport {
             p90,
             p95,
             p99,
-            self.parallelism
+            self.cpu_per_pod.map_or("?".to_string(), |d| format!("{:.0}", d.as_secs_f64() * 1e6)),
+            self.parallelism,
+            self.load_average.map_or("?".to_string(), |l| format!("{l:.2}")),
         )
     }
 }
@@ -150,6 +157,21 @@ fn bench_pod(name: &str, case: BenchCase) -> Pod {
             .spread_constraint(5, "topology.kubernetes.io/zone", "DoNotSchedule", &[("color", "blue")])
             .obj(),
     }
+}
+
+/// User + system CPU time of this process (every thread) from `/proc/self/stat`, in clock ticks
+/// of 10 ms (`CLK_TCK` = 100 on Linux).
+fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -214,12 +236,15 @@ pub async fn bench_scheduling(opts: BenchOptions) -> BenchReport {
         run(&mut sched, make("init", opts2.initial_pods), None);
         let measured = make("measured", opts2.measured_pods);
         let mut lat = Vec::with_capacity(opts2.measured_pods);
+        let cpu_start = process_cpu_time();
         let start = Instant::now();
         let (ok, failed) = run(&mut sched, measured, Some(&mut lat));
-        (start.elapsed(), ok, failed, lat)
+        let elapsed = start.elapsed();
+        let cpu = cpu_start.zip(process_cpu_time()).map(|(a, b)| b.saturating_sub(a));
+        (elapsed, ok, failed, lat, cpu)
     })
     .await;
-    let (elapsed, scheduled, unschedulable, mut lat) =
+    let (elapsed, scheduled, unschedulable, mut lat, cpu) =
         joined.unwrap_or_else(|e| panic!("benchmark loop panicked: {e}"));
     lat.sort();
     BenchReport {
@@ -238,6 +263,8 @@ pub async fn bench_scheduling(opts: BenchOptions) -> BenchReport {
             percentile(&lat, 0.99),
         ],
         parallelism,
+        cpu_per_pod: cpu.filter(|_| scheduled > 0).map(|c| c / scheduled as u32),
+        load_average: load_average(),
     }
 }
 
@@ -266,6 +293,20 @@ mod tests {
         };
         let r = bench_scheduling(opts).await;
         assert_eq!((r.scheduled, r.unschedulable), (5, 5), "{r}");
+    }
+
+    #[test]
+    fn process_cpu_time_grows_with_work() {
+        let before = process_cpu_time().expect("/proc/self/stat is readable on Linux");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut x = 0u64;
+        // Spin until a clock tick of CPU time is accounted (10 ms of CPU), or give up.
+        while process_cpu_time().unwrap() <= before && Instant::now() < deadline {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        assert!(process_cpu_time().unwrap() > before, "no CPU time accounted after 30 s of spinning");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `CycleState`: per-attempt scratch space plugins share between extension points.
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// Data a plugin stores in [`CycleState`] (`framework.StateData`). Any `Clone + Send + Sync`
 /// type qualifies; the clone is used when preemption simulates removing pods.
@@ -33,7 +33,9 @@ impl<T: Any + Clone + Send + Sync> StateData for T {
 /// cycle, so it never outlives the pod's attempt.
 #[derive(Default)]
 pub struct CycleState {
-    storage: HashMap<&'static str, Box<dyn StateData>>,
+    // A handful of entries (one or two per plugin): a linear scan comparing the key's address
+    // first beats hashing the key on every per-node read.
+    storage: Vec<(&'static str, Box<dyn StateData>)>,
     /// Plugins whose PreFilter returned Skip: their Filter is not run this cycle.
     pub skip_filter_plugins: HashSet<String>,
     /// Plugins whose PreScore returned Skip: their Score is not run this cycle.
@@ -62,22 +64,33 @@ impl CycleState {
 
     /// Stores `data` under `key`, replacing what was there.
     pub fn write<T: StateData>(&mut self, key: &'static str, data: T) {
-        self.storage.insert(key, Box::new(data));
+        match self.position(key) {
+            Some(i) => self.storage[i].1 = Box::new(data),
+            None => self.storage.push((key, Box::new(data))),
+        }
+    }
+
+    fn position(&self, key: &'static str) -> Option<usize> {
+        self.storage.iter().position(|(k, _)| std::ptr::eq(*k, key) || *k == key)
     }
 
     /// Reads the value under `key` if it exists and has type `T`.
     pub fn read<T: 'static>(&self, key: &'static str) -> Option<&T> {
-        self.storage.get(key).and_then(|b| (**b).as_any().downcast_ref::<T>())
+        let i = self.position(key)?;
+        (*self.storage[i].1).as_any().downcast_ref::<T>()
     }
 
     /// Mutable access to the value under `key` if it exists and has type `T`.
     pub fn read_mut<T: 'static>(&mut self, key: &'static str) -> Option<&mut T> {
-        self.storage.get_mut(key).and_then(|b| (**b).as_any_mut().downcast_mut::<T>())
+        let i = self.position(key)?;
+        (*self.storage[i].1).as_any_mut().downcast_mut::<T>()
     }
 
     /// Removes the value under `key`.
     pub fn delete(&mut self, key: &'static str) {
-        self.storage.remove(key);
+        if let Some(i) = self.position(key) {
+            self.storage.swap_remove(i);
+        }
     }
 }
 

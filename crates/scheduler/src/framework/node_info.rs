@@ -25,6 +25,10 @@ pub struct ImageStateSummary {
 pub struct NodeInfo {
     node: Option<Arc<Node>>,
     name: String,
+    // Copies of the Node fields every Filter/Score reads, so the hot loop stays in this struct
+    // instead of chasing pointers into the Node object.
+    unschedulable: bool,
+    taints: Vec<Taint>,
     pods: Vec<Arc<PodInfo>>,
     pods_with_affinity: Vec<Arc<PodInfo>>,
     pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
@@ -53,6 +57,8 @@ impl NodeInfo {
     /// Sets (or replaces) the Node object and recomputes allocatable from `status.allocatable`.
     pub fn set_node(&mut self, node: Arc<Node>) {
         self.name = node.metadata.name.clone().unwrap_or_default();
+        self.unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        self.taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
         self.allocatable = node
             .status
             .as_ref()
@@ -65,6 +71,8 @@ impl NodeInfo {
     /// Forgets the Node object (the node was deleted but pods are still known on it).
     pub fn clear_node(&mut self) {
         self.node = None;
+        self.unschedulable = false;
+        self.taints = Vec::new();
         self.allocatable = Resource::default();
     }
 
@@ -89,9 +97,14 @@ impl NodeInfo {
         self.node.as_ref().and_then(|n| n.metadata.labels.as_ref()).unwrap_or(&EMPTY)
     }
 
-    /// The node's taints.
+    /// The node's taints (`spec.taints`).
     pub fn taints(&self) -> &[Taint] {
-        self.node.as_ref().and_then(|n| n.spec.as_ref()).and_then(|s| s.taints.as_deref()).unwrap_or(&[])
+        &self.taints
+    }
+
+    /// Whether the node is cordoned (`spec.unschedulable`).
+    pub fn unschedulable(&self) -> bool {
+        self.unschedulable
     }
 
     /// Pods on the node, bound and assumed.

@@ -436,27 +436,41 @@ impl Framework {
         if active.is_empty() {
             return Ok((totals, Vec::new()));
         }
-        let per_node: Vec<Result<Vec<i64>, Status>> = self.handle.parallelizer.map(nodes.len(), |i| {
-            let mut v = Vec::with_capacity(active.len());
-            for (p, _) in &active {
-                let Some(sp) = p.as_score() else {
-                    v.push(0);
-                    continue;
+        // Scores of node i by every active plugin, in `out` (one slot per plugin).
+        let score_node = |i: usize, out: &mut [i64]| -> Result<(), Status> {
+            for ((p, _), slot) in active.iter().zip(out.iter_mut()) {
+                *slot = match p.as_score() {
+                    None => 0,
+                    Some(sp) => sp
+                        .score(state, pod, &nodes[i])
+                        .map_err(|s| Status::error(format!("running Score plugin {:?}: {}", p.name(), s.message())))?,
                 };
-                match sp.score(state, pod, &nodes[i]) {
-                    Ok(s) => v.push(s),
-                    Err(s) => {
-                        return Err(Status::error(format!("running Score plugin {:?}: {}", p.name(), s.message())));
-                    }
+            }
+            Ok(())
+        };
+        let mut matrix: Vec<Vec<i64>> = vec![Vec::with_capacity(nodes.len()); active.len()];
+        // Up to INLINE plugins (the default profile has 7) the per-node scores live on the stack.
+        const INLINE: usize = 8;
+        if active.len() <= INLINE {
+            let per_node = self.handle.parallelizer.map(nodes.len(), |i| {
+                let mut v = [0i64; INLINE];
+                score_node(i, &mut v[..active.len()]).map(|()| v)
+            });
+            for r in per_node {
+                let v = r?;
+                for (j, s) in v[..active.len()].iter().enumerate() {
+                    matrix[j].push(*s);
                 }
             }
-            Ok(v)
-        });
-        let mut matrix: Vec<Vec<i64>> = vec![Vec::with_capacity(nodes.len()); active.len()];
-        for r in per_node {
-            let v = r?;
-            for (j, s) in v.into_iter().enumerate() {
-                matrix[j].push(s);
+        } else {
+            let per_node = self.handle.parallelizer.map(nodes.len(), |i| {
+                let mut v = vec![0i64; active.len()];
+                score_node(i, &mut v).map(|()| v)
+            });
+            for r in per_node {
+                for (j, s) in r?.into_iter().enumerate() {
+                    matrix[j].push(s);
+                }
             }
         }
         let mut breakdown = Vec::with_capacity(active.len());

@@ -33,8 +33,10 @@ impl Plugin for NodeUnschedulable {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(n) = node.node() else { return Status::unresolvable(ERR_REASON_UNKNOWN_CONDITION) };
-        if !n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false) {
+        if node.node().is_none() {
+            return Status::unresolvable(ERR_REASON_UNKNOWN_CONDITION);
+        }
+        if !node.unschedulable() {
             return Status::success();
         }
         let taint =

@@ -73,6 +73,9 @@ impl PreScorePlugin for TaintToleration {
 
 impl ScorePlugin for TaintToleration {
     fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        if node.taints().is_empty() {
+            return Ok(0);
+        }
         let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) else {
             return Err(Status::error("reading \"PreScoreTaintToleration\" from cycleState: not found"));
         };

@@ -2,14 +2,41 @@
 //! (`noderesources/resource_allocation.go`): per configured resource, the node's requested amount
 //! including the incoming pod versus allocatable, combined by a strategy.
 
-use crate::framework::resource::{CPU, MEMORY};
-use crate::framework::{MAX_NODE_SCORE, NodeInfo, PodInfo};
+use crate::framework::resource::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
+use crate::framework::{MAX_NODE_SCORE, NodeInfo, PodInfo, Resource};
 
 use super::ResourceSpec;
 
-/// Whether a resource is "scalar" (extended, hugepages...) rather than cpu/memory/storage.
-fn is_scalar(name: &str) -> bool {
-    !matches!(name, "cpu" | "memory" | "ephemeral-storage" | "pods")
+/// Which field of a [`Resource`] a resource name denotes, resolved once per lookup instead of
+/// once per field read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Cpu,
+    Memory,
+    EphemeralStorage,
+    Pods,
+    /// Extended resources, hugepages...
+    Scalar,
+}
+
+fn kind(name: &str) -> Kind {
+    match name {
+        CPU => Kind::Cpu,
+        MEMORY => Kind::Memory,
+        EPHEMERAL_STORAGE => Kind::EphemeralStorage,
+        PODS => Kind::Pods,
+        _ => Kind::Scalar,
+    }
+}
+
+fn get(r: &Resource, k: Kind, name: &str) -> i64 {
+    match k {
+        Kind::Cpu => r.milli_cpu,
+        Kind::Memory => r.memory,
+        Kind::EphemeralStorage => r.ephemeral_storage,
+        Kind::Pods => r.allowed_pod_number,
+        Kind::Scalar => r.scalar_resources.get(name).copied().unwrap_or(0),
+    }
 }
 
 /// For each resource: `(requested incl. pod, allocatable)`. `use_requested` false means CPU and
@@ -23,20 +50,14 @@ pub fn requested_and_allocatable<'a>(
 ) -> impl Iterator<Item = (i64, i64)> + Clone + 'a {
     resources.iter().map(move |r| {
         let name = r.name.as_str();
-        let pod_req = if !use_requested && (name == CPU || name == MEMORY) {
-            pod.non_zero_requests.get(name)
-        } else {
-            pod.requests.get(name)
-        };
-        if pod_req == 0 && is_scalar(name) {
+        let k = kind(name);
+        let non_zero = !use_requested && matches!(k, Kind::Cpu | Kind::Memory);
+        let pod_req = if non_zero { get(&pod.non_zero_requests, k, name) } else { get(&pod.requests, k, name) };
+        if pod_req == 0 && k == Kind::Scalar {
             return (0, 0);
         }
-        let node_req = if !use_requested && (name == CPU || name == MEMORY) {
-            node.non_zero_requested().get(name)
-        } else {
-            node.requested().get(name)
-        };
-        (node_req + pod_req, node.allocatable().get(name))
+        let node_req = if non_zero { get(node.non_zero_requested(), k, name) } else { get(node.requested(), k, name) };
+        (node_req + pod_req, get(node.allocatable(), k, name))
     })
 }
 
@@ -105,7 +126,27 @@ fn weighted(
 
 /// `BalancedAllocation`: 100 × (1 − standard deviation of the used fractions).
 pub fn balanced(ra: impl Iterator<Item = (i64, i64)> + Clone) -> i64 {
-    let fractions = ra.filter(|(_, a)| *a != 0).map(|(r, a)| (r as f64 / a as f64).min(1.0));
+    // Evaluated once into a stack buffer (the default is 2 resources), not once per pass.
+    let mut buf = [0f64; 8];
+    let mut spill = Vec::new();
+    let mut n = 0usize;
+    for (r, a) in ra {
+        if a == 0 {
+            continue;
+        }
+        let f = (r as f64 / a as f64).min(1.0);
+        if n < buf.len() {
+            buf[n] = f;
+        } else {
+            if spill.is_empty() {
+                spill.extend_from_slice(&buf);
+            }
+            spill.push(f);
+        }
+        n += 1;
+    }
+    let all: &[f64] = if n <= buf.len() { &buf[..n] } else { &spill };
+    let fractions = all.iter().copied();
     let (n, sum) = fractions.clone().fold((0usize, 0f64), |(n, s), f| (n + 1, s + f));
     let std = match n {
         0 | 1 => 0.0,

@@ -13,6 +13,7 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
         ("controller-manager", Box::new(|ctx: ComponentContext| controller_manager(ctx).boxed())),
         ("scheduler", Box::new(|ctx: ComponentContext| scheduler(ctx).boxed())),
         ("node-lifecycle-controller", Box::new(|ctx: ComponentContext| node_lifecycle(ctx).boxed())),
+        ("node-ipam-controller", Box::new(|ctx: ComponentContext| node_ipam(ctx).boxed())),
     ];
     if !args.disable_agent {
         list.push(("agent", Box::new(|ctx: ComponentContext| agent(ctx).boxed())));
@@ -58,6 +59,23 @@ async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
     };
     skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg).await?;
     Ok(())
+}
+
+/// kube-controller-manager's node IPAM controller (`--allocate-node-cidrs`): a /24 of
+/// `--cluster-cidr` for every Node without `spec.podCIDR` (joined agents without `--pod-cidr`).
+/// The local node's range (the first /24) is reserved for it.
+async fn node_ipam(ctx: ComponentContext) -> anyhow::Result<()> {
+    let mut cfg = skiff_controllers::nodeipam::NodeIpamConfig::new(&ctx.args.cluster_cidr);
+    let prefix = ctx.args.cluster_cidr.split_once('/').and_then(|(_, p)| p.parse::<u8>().ok()).unwrap_or(24);
+    cfg.node_cidr_mask_size = Some(prefix.max(24));
+    if !ctx.args.disable_agent {
+        cfg.reserved.push(crate::server::local_node_pod_cidr(&ctx.args.cluster_cidr));
+    }
+    let mut stop = ctx.shutdown.clone();
+    tokio::select! {
+        r = skiff_controllers::nodeipam::run_node_ipam_controller(ctx.client, cfg) => r,
+        _ = stop.wait_for(|s| *s) => Ok(()),
+    }
 }
 
 /// The local node: a kubelet running pods on a managed containerd.

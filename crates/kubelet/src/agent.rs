@@ -29,8 +29,8 @@ use crate::lease::{self, LeaseHolder};
 use crate::node::{self, MachineInfo, NodeHealth, NodeTemplate};
 use crate::pod_workers::PodWorkers;
 
-/// The default pod CIDR of a node whose Node object has none.
-pub const DEFAULT_POD_CIDR: &str = "10.42.0.0/24";
+/// Why a node waiting for its pod CIDR is not Ready yet (the reason text of its Ready condition).
+pub const WAITING_FOR_POD_CIDR: &str = "waiting for the node IPAM controller to assign spec.podCIDR";
 
 /// The default sandbox image (built by scripts/images/build.sh).
 pub const DEFAULT_SANDBOX_IMAGE: &str = "skiff.local/pause:3.9";
@@ -51,7 +51,9 @@ pub struct AgentConfig {
     /// An existing CRI socket (`--container-runtime-endpoint`); `None` starts a managed
     /// containerd under `<data_dir>/agent/containerd`.
     pub container_runtime_endpoint: Option<PathBuf>,
-    /// Pod CIDR of this node when its Node object has none (default 10.42.0.0/24).
+    /// Pod CIDR of this node when its Node object has none (kubelet `--pod-cidr`). `None`: the
+    /// agent registers the Node without one and waits for the node IPAM controller to set
+    /// `spec.podCIDR`, then configures the CNI network from it.
     pub pod_cidr: Option<String>,
     /// The node's IP (`--node-ip`); default: the address of the default route's interface.
     pub node_ip: Option<IpAddr>,
@@ -202,12 +204,32 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
     };
     let nodes: Api<Node> = Api::all(client.clone());
     let existing = nodes.get_opt(&node_name).await?;
-    let pod_cidr = existing
-        .as_ref()
-        .and_then(|n| n.spec.as_ref())
-        .and_then(|s| s.pod_cidr.clone())
-        .or_else(|| cfg.pod_cidr.clone())
-        .unwrap_or_else(|| DEFAULT_POD_CIDR.to_string());
+    let capacity = machine.capacity(cfg.max_pods);
+    let template = |pod_cidr: Option<String>, runtime_version: &str| NodeTemplate {
+        name: node_name.clone(),
+        labels: cfg.labels.clone(),
+        annotations: BTreeMap::from([("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string())]),
+        pod_cidr,
+        taints: cfg.taints.clone(),
+        capacity: capacity.clone(),
+        allocatable: capacity.clone(),
+        internal_ip: node_ip.to_string(),
+        hostname: machine.hostname.clone(),
+        node_info: machine.node_info(runtime_version),
+        kubelet_port: i32::from(cfg.kubelet_port),
+    };
+    let pod_cidr = match existing.as_ref().and_then(node_pod_cidr).or_else(|| cfg.pod_cidr.clone()) {
+        Some(c) => c,
+        None => {
+            // As a kubelet without --pod-cidr: register (NotReady, no runtime yet) and let the
+            // node IPAM controller pick the range the CNI network needs.
+            let health = NodeHealth { not_ready: Some(WAITING_FOR_POD_CIDR.to_string()), ..Default::default() };
+            let node = template(None, "").to_node(node::node_conditions(&health, Timestamp::now(), &[]));
+            node::register_node(&nodes, &node).await?;
+            tracing::info!(node = %node_name, "registered without a pod CIDR; waiting for the node IPAM controller");
+            wait_for_pod_cidr(&nodes, &node_name).await?
+        }
+    };
 
     // Container runtime.
     let mut managed = None;
@@ -231,20 +253,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
 
     // Node registration.
-    let capacity = machine.capacity(cfg.max_pods);
-    let template = NodeTemplate {
-        name: node_name.clone(),
-        labels: cfg.labels.clone(),
-        annotations: BTreeMap::from([("node.alpha.kubernetes.io/ttl".to_string(), "0".to_string())]),
-        pod_cidr: Some(pod_cidr.clone()),
-        taints: cfg.taints.clone(),
-        capacity: capacity.clone(),
-        allocatable: capacity.clone(),
-        internal_ip: node_ip.to_string(),
-        hostname: machine.hostname.clone(),
-        node_info: machine.node_info(&runtime_version),
-        kubelet_port: i32::from(cfg.kubelet_port),
-    };
+    let template = template(Some(pod_cidr.clone()), &runtime_version);
     let health = observe_health(&cri, &cfg.data_dir).await;
     let registered =
         node::register_node(&nodes, &template.to_node(node::node_conditions(&health, Timestamp::now(), &[]))).await?;
@@ -303,6 +312,52 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
     }
     drop(managed);
     Ok(())
+}
+
+/// `spec.podCIDR` (or the first of `spec.podCIDRs`) of a Node, when set.
+fn node_pod_cidr(node: &Node) -> Option<String> {
+    let spec = node.spec.as_ref()?;
+    spec.pod_cidr.clone().or_else(|| spec.pod_cidrs.as_ref().and_then(|c| c.first().cloned())).filter(|c| !c.is_empty())
+}
+
+/// Watches the Node until it has a pod CIDR and returns it. Logs every 30 s while waiting
+/// (no node IPAM controller running, or the cluster CIDR exhausted).
+///
+/// # Errors
+/// [`Error::Kube`] when the Node cannot be watched; [`Error::Config`] when it is deleted.
+pub async fn wait_for_pod_cidr(nodes: &Api<Node>, node_name: &str) -> Result<String, Error> {
+    let started = Instant::now();
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
+    let mut stream = std::pin::pin!(watcher::watcher(nodes.clone(), cfg));
+    let mut next_log = Duration::from_secs(30);
+    loop {
+        let event = match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+            Err(_) => None,
+            Ok(Ok(Some(e))) => Some(e),
+            Ok(Ok(None)) => return Err(Error::Config(format!("the watch of node {node_name} ended"))),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "watching the Node for its pod CIDR failed; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                None
+            }
+        };
+        match event {
+            Some(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                if let Some(c) = node_pod_cidr(&n) {
+                    tracing::info!(node = %node_name, pod_cidr = %c, waited = ?started.elapsed(), "pod CIDR assigned");
+                    return Ok(c);
+                }
+            }
+            Some(watcher::Event::Delete(_)) => {
+                return Err(Error::Config(format!("node {node_name} was deleted while waiting for its pod CIDR")));
+            }
+            _ => {}
+        }
+        if started.elapsed() >= next_log {
+            tracing::warn!(node = %node_name, waited = ?started.elapsed(), "{WAITING_FOR_POD_CIDR}");
+            next_log += Duration::from_secs(30);
+        }
+    }
 }
 
 /// Recomputes node status every 10 s and writes it when it changed, when the API's copy

@@ -53,8 +53,9 @@ pub struct AgentArgs {
     /// The node's IP address (default: the address of the default route's interface).
     #[arg(long)]
     pub node_ip: Option<IpAddr>,
-    /// Pod CIDR of this node (kubelet's flag). skiff has no node IPAM controller yet: every node
-    /// needs its own range; the default is a /24 in 10.42.0.0/16 derived from the node name.
+    /// Pod CIDR of this node (kubelet's flag). Default: the Node registers without one and the
+    /// server's node IPAM controller assigns it a free /24 of `--cluster-cidr`, which the agent
+    /// waits for before it configures the CNI network.
     #[arg(long)]
     pub pod_cidr: Option<String>,
     /// Run N simulated nodes (no containers) instead of a real node.
@@ -119,31 +120,34 @@ const KEY_FILE: &str = "client-kubelet.key";
 /// The agent's kubeconfig under `DATA_DIR/agent/`.
 pub const KUBECONFIG_FILE: &str = "kubelet.kubeconfig";
 
-/// Saved credentials for `node_name` that the token still vouches for.
-fn saved_credentials(agent_dir: &Path, token: &JoinToken, node_name: &str) -> Option<NodeCredentials> {
+/// Saved credentials for `node_name` (as a simulated-node agent when `simulated`) that the
+/// token still vouches for.
+fn saved_credentials(agent_dir: &Path, token: &JoinToken, node_name: &str, simulated: bool) -> Option<NodeCredentials> {
     let read = |f: &str| std::fs::read_to_string(agent_dir.join(f)).ok();
     let creds = NodeCredentials { ca_pem: read(CA_FILE)?, cert_pem: read(CERT_FILE)?, key_pem: read(KEY_FILE)? };
     token.verify_ca(&creds.ca_pem).ok()?;
     let der = CertificateDer::from_pem_slice(creds.cert_pem.as_bytes()).ok()?;
     let (user, _) = skiff_apiserver::pki::cert_user(&der)?;
-    (user == format!("system:node:{node_name}")).then_some(creds)
+    (user == skiff_auth::authn::node_join::join_identity(node_name, simulated).0).then_some(creds)
 }
 
-/// Joins (or reuses saved credentials) and returns the node's client and the cluster CA.
+/// Joins (or reuses saved credentials) and returns the node's client and the cluster CA. An
+/// agent of simulated nodes (`simulated`) joins as a simulated-node agent, not as a node.
 async fn node_client(
     server: &str,
     token: &JoinToken,
     agent_dir: &Path,
     node_name: &str,
+    simulated: bool,
 ) -> Result<(kube::Client, String)> {
-    let creds = match saved_credentials(agent_dir, token, node_name) {
+    let creds = match saved_credentials(agent_dir, token, node_name, simulated) {
         Some(c) => c,
         None => {
             // The server may still be starting: retry connection failures for a while; a refused
             // token or a CA mismatch is final.
             let deadline = Instant::now() + Duration::from_secs(120);
             let creds = loop {
-                match join::join_cluster(server, &token.to_string(), node_name).await {
+                match join::join_cluster_as(server, &token.to_string(), node_name, simulated).await {
                     Ok(c) => break c,
                     Err(e)
                         if Instant::now() < deadline
@@ -190,7 +194,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
     let agent_dir = data_dir.join("agent");
     std::fs::create_dir_all(&agent_dir).with_context(|| format!("creating {}", agent_dir.display()))?;
     let node_name = node_name(&args, &agent_dir)?;
-    let (client, ca_pem) = node_client(&args.server, &token, &agent_dir, &node_name).await?;
+    let (client, ca_pem) = node_client(&args.server, &token, &agent_dir, &node_name, args.simulated_nodes > 0).await?;
     eprintln!(
         "skiff agent: node {node_name} joined {} (kubeconfig {})",
         args.server,
@@ -206,9 +210,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             cfg.node_name = Some(node_name.clone());
             cfg.container_runtime_endpoint = args.container_runtime_endpoint.clone();
             cfg.node_ip = args.node_ip;
-            cfg.pod_cidr = Some(
-                args.pod_cidr.clone().unwrap_or_else(|| format!("10.42.{}.0/24", 1 + name_hash(&node_name) % 254)),
-            );
+            cfg.pod_cidr = args.pod_cidr.clone();
             // The API server's kubelet-client certificate is signed by the cluster CA.
             cfg.kubelet_client_ca_pem = Some(ca_pem);
             skiff_kubelet::run_agent(client, cfg).await.map_err(anyhow::Error::from)

@@ -2,7 +2,8 @@
 //! --disable-agent` with the server's join token and run simulated nodes; one agent is killed
 //! with SIGKILL, its nodes go Unknown (node lifecycle controller, `--node-monitor-grace-period`
 //! shortened), and the pods that tolerate `unreachable` for 5 s are evicted and recreated on the
-//! surviving node.
+//! surviving node. Joined nodes without `--pod-cidr` get a /24 of `--cluster-cidr` each from
+//! the node IPAM controller.
 
 mod common;
 
@@ -182,7 +183,13 @@ fn pods_of_a_killed_agent_are_evicted_and_recreated_on_the_surviving_node() {
         .output()
         .unwrap();
     let whoami = String::from_utf8_lossy(&whoami.stdout);
-    assert!(whoami.starts_with("system:node:a ") && whoami.contains("system:nodes"), "{whoami}");
+    // Simulated nodes run under one credential: a simulated-node agent, not a node identity
+    // (which the Node authorizer and NodeRestriction would limit to one Node).
+    assert!(
+        whoami.starts_with("system:skiff:simulated-node-agent:a ")
+            && whoami.contains("system:skiff:simulated-node-agents"),
+        "{whoami}"
+    );
 
     // The Deployment's pods land on A's nodes (the only ones).
     s.ok_stdin(&["apply", "-f", "-"], DEPLOYMENT);
@@ -242,5 +249,60 @@ fn pods_of_a_killed_agent_are_evicted_and_recreated_on_the_surviving_node() {
     let p = pods(&s);
     for name in &original {
         assert!(p.iter().all(|(n, _, _, term)| n != name || *term), "{name} was not evicted: {p:?}");
+    }
+}
+
+/// `name=podCIDR` of every node.
+fn node_cidrs(s: &Server) -> std::collections::BTreeMap<String, String> {
+    let out = s.ok(&["get", "nodes", "-o", "jsonpath={range .items[*]}{.metadata.name}={.spec.podCIDR} {end}"]);
+    out.split_whitespace().filter_map(|p| p.split_once('=')).map(|(n, c)| (n.to_string(), c.to_string())).collect()
+}
+
+#[test]
+fn joined_nodes_without_a_pod_cidr_get_distinct_24s_of_the_cluster_cidr() {
+    let s = Server::start_with(&["--cluster-cidr", "10.77.0.0/16"]);
+    // Real-node agents without --pod-cidr. Their CRI endpoint does not exist: they register,
+    // wait for the node IPAM controller's pod CIDR (what they would configure CNI with), then
+    // fail to reach the runtime, which is all this test needs (no containerd, no bridge).
+    let start = |name: &str| {
+        let log = s.dir.path().join(format!("agent-{name}.log"));
+        let child = agent_command(&s, name, &s.dir.path().join(format!("agent-{name}")), &token_file(&s))
+            .arg("--container-runtime-endpoint")
+            .arg(s.dir.path().join("no-such-cri.sock"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting skiff agent");
+        Agent { child: Some(child), log, data_dir: s.dir.path().join(format!("agent-{name}")) }
+    };
+    let (x, y) = (start("x"), start("y"));
+    // A Node registered by other means (no CIDR either) is served too.
+    s.ok_stdin(&["create", "-f", "-"], "apiVersion: v1\nkind: Node\nmetadata:\n  name: z\n");
+    let cidrs = wait_for(
+        Duration::from_secs(60),
+        "pod CIDRs on x, y and z",
+        || format!("{:?}\n{}\n{}\n{}", node_cidrs(&s), x.log(), y.log(), s.log()),
+        || {
+            let c = node_cidrs(&s);
+            ["x", "y", "z"].iter().all(|n| c.get(*n).is_some_and(|v| !v.is_empty())).then_some(c)
+        },
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for n in ["x", "y", "z"] {
+        let c = &cidrs[n];
+        assert!(c.starts_with("10.77.") && c.ends_with(".0/24"), "{n}: {c}");
+        assert!(seen.insert(c.clone()), "{c} given twice: {cidrs:?}");
+        let list = s.ok(&["get", "node", n, "-o", "jsonpath={.spec.podCIDRs[*]}"]);
+        assert_eq!(&list, c);
+    }
+    // The agents waited for exactly that range.
+    for (a, n) in [(&x, "x"), (&y, "y")] {
+        wait_for(
+            Duration::from_secs(30),
+            "the agent to log its pod CIDR",
+            || a.log(),
+            || (a.log().contains("pod CIDR assigned") && a.log().contains(cidrs[n].as_str())).then_some(()),
+        );
     }
 }

@@ -84,6 +84,9 @@ pub struct Attributes {
     pub path: String,
     /// True for requests on resources.
     pub resource_request: bool,
+    /// The `fieldSelector` of a list or watch ("" when none): the Node authorizer lets a node
+    /// list and watch pods only with `spec.nodeName=<itself>`.
+    pub field_selector: String,
 }
 
 /// Decides whether a user may do something. The default allows every authenticated request;

@@ -156,6 +156,15 @@ fn http_err(e: axum::http::Error) -> anyhow::Error {
 /// The server is unreachable, its CA does not match the token (a bare secret pins nothing),
 /// the token is refused (the API's 401 Status), or the answer is malformed.
 pub async fn join_cluster(server: &str, token: &str, node_name: &str) -> Result<NodeCredentials> {
+    join_cluster_as(server, token, node_name, false).await
+}
+
+/// [`join_cluster`], asking for the simulated-node agent identity when `simulated`
+/// ([`node_join::join_identity`]): what `skiff agent --simulated-nodes` uses.
+///
+/// # Errors
+/// As [`join_cluster`].
+pub async fn join_cluster_as(server: &str, token: &str, node_name: &str, simulated: bool) -> Result<NodeCredentials> {
     let token = JoinToken::parse(token).map_err(anyhow::Error::msg)?;
     let uri: axum::http::Uri = server.parse().with_context(|| format!("invalid server URL {server:?}"))?;
 
@@ -178,7 +187,8 @@ pub async fn join_cluster(server: &str, token: &str, node_name: &str) -> Result<
     }
 
     // 2. The certificate, over verified TLS.
-    let (join_request, key_pem) = node_join::build_join_request(node_name).map_err(anyhow::Error::msg)?;
+    let (mut join_request, key_pem) = node_join::build_join_request(node_name).map_err(anyhow::Error::msg)?;
+    join_request.simulated = simulated;
     let mut verified = kube::Config::new(uri);
     verified.root_cert = Some(roots);
     let bearer =

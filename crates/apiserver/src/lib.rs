@@ -38,6 +38,7 @@ pub mod join;
 pub mod machinery;
 pub mod managedfields;
 pub mod metrics;
+pub mod node_authz;
 pub mod nonresource;
 pub mod objects;
 pub mod openapi;

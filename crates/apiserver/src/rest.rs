@@ -323,6 +323,19 @@ pub fn render_object(def: &ResourceDef, obj: Value, out: Output) -> Value {
     }
 }
 
+/// The object name a field selector pins (`metadata.name=x` or `metadata.name==x`, alone or
+/// among other requirements), as kube-apiserver's RequestInfo reads it for authorization.
+pub fn single_name_selector(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|req| {
+        let req = req.trim();
+        if req.contains("!=") {
+            return None;
+        }
+        let (k, v) = req.split_once("==").or_else(|| req.split_once('='))?;
+        (k.trim() == "metadata.name" && !v.trim().is_empty()).then(|| v.trim().to_string())
+    })
+}
+
 /// The entry point for every request: authentication, routing, metrics.
 pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
     let start = Instant::now();
@@ -357,6 +370,7 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
                 name: String::new(),
                 path: path.clone(),
                 resource_request: false,
+                field_selector: String::new(),
             };
             if let Err(e) = state.authorizer.authorize(user, &attrs) {
                 return error_response(&e);
@@ -366,6 +380,13 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         return resp;
     };
     if let Some(user) = &user {
+        let field_selector = q.get("fieldSelector").cloned().unwrap_or_default();
+        let mut name = info.name.clone();
+        if name.is_empty() && matches!(info.verb, "list" | "watch") {
+            // As kube-apiserver's RequestInfo: a list or watch of one object by
+            // `fieldSelector=metadata.name=x` is authorized as a request on "x".
+            name = single_name_selector(&field_selector).unwrap_or_default();
+        }
         let attrs = Attributes {
             verb: info.verb.to_string(),
             group: info.def.group.to_string(),
@@ -373,9 +394,10 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
             resource: info.def.resource.to_string(),
             subresource: info.subresource.clone(),
             namespace: info.namespace.clone(),
-            name: info.name.clone(),
+            name,
             path: path.clone(),
             resource_request: true,
+            field_selector,
         };
         if let Err(e) = state.authorizer.authorize(user, &attrs) {
             return error_response(&e);

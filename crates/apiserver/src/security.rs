@@ -106,7 +106,7 @@ impl Default for SecurityOptions {
         Self {
             authn: crate::authn::AuthnOptions::default(),
             admission_plugins: true,
-            authorization_mode: AuthorizationMode::Rbac,
+            authorization_mode: AuthorizationMode::NodeRbac,
             enabled_admission_plugins: crate::admission_chain::PLUGINS.iter().copied().collect(),
         }
     }
@@ -117,9 +117,13 @@ impl Default for SecurityOptions {
 /// the authorizers a request is put to in order, the first to allow winning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AuthorizationMode {
-    /// `RBAC` (skiff's default; `Node,RBAC` means the same until skiff has a Node authorizer:
-    /// nodes are authorized by the bootstrap `system:node` ClusterRole).
+    /// `Node,RBAC` (skiff's default, as kubeadm's): the Node authorizer
+    /// ([`crate::node_authz`]) decides for kubelets (`system:node:<name>`), limited to their own
+    /// Node, Lease and pods and the objects those pods use; RBAC decides the rest.
     #[default]
+    NodeRbac,
+    /// `RBAC` alone: nodes get only what RBAC binds to them (by default nothing: the
+    /// `system:node` ClusterRoleBinding has no subjects, as in Kubernetes).
     Rbac,
     /// `AlwaysAllow`: every authenticated request is allowed (impersonation, escalation and the
     /// access reviews included) — for benchmarks and single-user setups only.
@@ -151,9 +155,9 @@ impl AuthorizationMode {
             return Ok(Self::AlwaysAllow);
         }
         if !modes.contains(&"RBAC") {
-            return Err("--authorization-mode: Node requires RBAC".into());
+            return Err("--authorization-mode: Node requires RBAC (skiff has no mode that decides the requests the Node authorizer leaves)".into());
         }
-        Ok(Self::Rbac)
+        Ok(if modes.contains(&"Node") { Self::NodeRbac } else { Self::Rbac })
     }
 }
 
@@ -162,6 +166,7 @@ pub struct Installed {
     rbac: Arc<RbacAuthorizer>,
     slot: StateSlot,
     admission: Option<Arc<ChainAdmission>>,
+    node: Option<Arc<skiff_auth::node::graph::NodeGraph>>,
 }
 
 /// Installs the security pipeline into `config` (when `config.rbac` is on): authentication
@@ -202,7 +207,13 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
         config.admission = Some(chain.clone());
         admission = Some(chain);
     }
-    Ok(Installed { rbac, slot, admission })
+    // Node authorization and NodeRestriction wrap what is configured above.
+    let node = crate::node_authz::install(
+        config,
+        config.security.authorization_mode == AuthorizationMode::NodeRbac,
+        config.security.enabled_admission_plugins.contains(crate::node_authz::NODE_RESTRICTION),
+    );
+    Ok(Installed { rbac, slot, admission, node })
 }
 
 impl Installed {
@@ -221,6 +232,7 @@ impl Installed {
         self.slot.set(state);
         let mut tasks = vec![tokio::spawn(feed(self.rbac.clone(), state.caches.clone()))];
         bootstrap_policy(state).await?;
+        tasks.extend(self.node.map(|graph| tokio::spawn(crate::node_authz::feed(graph, state.clone()))));
         tasks.push(tokio::spawn(run_cluster_role_aggregation(self.rbac.clone(), state.clone())));
         if let Some(chain) = self.admission {
             crate::admission_chain::bootstrap(state).await?;
@@ -466,6 +478,7 @@ mod tests {
             name: name.into(),
             path: format!("/api/v1/namespaces/default/pods/{name}"),
             resource_request: true,
+            field_selector: String::new(),
         }
     }
 
@@ -536,8 +549,8 @@ mod tests {
     fn authorization_modes_parse_like_kube_apiserver_flags() {
         let parse = |v: &[&str]| AuthorizationMode::parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(parse(&["RBAC"]), Ok(AuthorizationMode::Rbac));
-        assert_eq!(parse(&["Node,RBAC"]), Ok(AuthorizationMode::Rbac));
-        assert_eq!(parse(&["Node", "RBAC"]), Ok(AuthorizationMode::Rbac));
+        assert_eq!(parse(&["Node,RBAC"]), Ok(AuthorizationMode::NodeRbac));
+        assert_eq!(parse(&["Node", "RBAC"]), Ok(AuthorizationMode::NodeRbac));
         assert_eq!(parse(&["AlwaysAllow"]), Ok(AuthorizationMode::AlwaysAllow));
         assert_eq!(parse(&["RBAC,AlwaysAllow"]), Ok(AuthorizationMode::AlwaysAllow));
         for bad in [&["Webhook"][..], &["Node"], &[""], &[], &["rbac"]] {

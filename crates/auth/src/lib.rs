@@ -23,6 +23,7 @@
 
 pub mod admission;
 pub mod authn;
+pub mod node;
 pub mod rbac;
 pub mod user;
 

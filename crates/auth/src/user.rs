@@ -22,6 +22,15 @@ pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
 pub const NODES_GROUP: &str = "system:nodes";
 /// Prefix of node user names: `system:node:<node name>`.
 pub const NODE_USER_PREFIX: &str = "system:node:";
+/// The group of `skiff agent --simulated-nodes` identities (user
+/// `system:skiff:simulated-node-agent:<name>`): many simulated nodes under one credential, so
+/// not a node identity; bound to the ClusterRole of the same name as
+/// [`SIMULATED_NODE_AGENTS_GROUP_ROLE`].
+pub const SIMULATED_NODE_AGENTS_GROUP: &str = "system:skiff:simulated-node-agents";
+/// The ClusterRole (and ClusterRoleBinding) of [`SIMULATED_NODE_AGENTS_GROUP`].
+pub const SIMULATED_NODE_AGENTS_GROUP_ROLE: &str = "system:skiff:simulated-node-agent";
+/// Prefix of simulated-node agent user names: `system:skiff:simulated-node-agent:<name>`.
+pub const SIMULATED_NODE_AGENT_PREFIX: &str = "system:skiff:simulated-node-agent:";
 /// The user skiff's scheduler runs as (kube-scheduler's identity).
 pub const KUBE_SCHEDULER: &str = "system:kube-scheduler";
 /// The user skiff's controller manager runs as (kube-controller-manager's identity).

@@ -88,9 +88,10 @@ pub struct ServerArgs {
     /// Audiences service-account tokens must carry to authenticate (default: the issuer).
     #[arg(long, value_delimiter = ',')]
     pub api_audiences: Vec<String>,
-    /// Authorization modes (kube-apiserver's flag): `Node,RBAC` (the default, as kubeadm's),
-    /// `RBAC`, or `AlwaysAllow` (every authenticated request is allowed; benchmarks and
-    /// single-user setups only).
+    /// Authorization modes (kube-apiserver's flag): `Node,RBAC` (the Node authorizer limits
+    /// each kubelet to its own Node, Lease, pods and the objects they use; RBAC decides the
+    /// rest), `RBAC` (nodes get only what RBAC binds to them) or `AlwaysAllow` (every
+    /// authenticated request is allowed; benchmarks and single-user setups only).
     #[arg(long, value_delimiter = ',', default_value = "Node,RBAC")]
     pub authorization_mode: Vec<String>,
     /// Admission plugins to run besides the default ones, by kube-apiserver's names (all of
@@ -98,8 +99,8 @@ pub struct ServerArgs {
     #[arg(long, value_delimiter = ',')]
     pub enable_admission_plugins: Vec<String>,
     /// Admission plugins to turn off, by kube-apiserver's names: NamespaceLifecycle,
-    /// LimitRanger, ServiceAccount, Priority, DefaultTolerationSeconds, PodSecurity,
-    /// MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
+    /// LimitRanger, ServiceAccount, NodeRestriction, Priority, DefaultTolerationSeconds,
+    /// PodSecurity, MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
     #[arg(long, value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
 }

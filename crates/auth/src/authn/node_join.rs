@@ -15,8 +15,14 @@
 //!    [`handle_node_join`]: a [`NodeJoinResponse`] holding the certificate signed by the cluster
 //!    CA (subject forced to `CN=system:node:<name>, O=system:nodes`, client-auth usage, 1 year)
 //!    and the CA bundle.
-//! 3. The agent talks to the API server with that certificate; RBAC's `system:node` binding
-//!    grants it the kubelet's permissions.
+//! 3. The agent talks to the API server with that certificate; the Node authorizer and
+//!    NodeRestriction admission ([`crate::node`]) grant it the kubelet's permissions on its own
+//!    Node and the pods bound to it.
+//!
+//! An agent running simulated nodes (`skiff agent --simulated-nodes N`) sets
+//! [`NodeJoinRequest::simulated`]: it manages many Nodes under one credential, so it gets the
+//! identity `CN=system:skiff:simulated-node-agent:<name>, O=system:skiff:simulated-node-agents`
+//! instead, which RBAC binds to the bootstrap `system:skiff:simulated-node-agent` ClusterRole.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +33,18 @@ use rcgen::{
 use serde::{Deserialize, Serialize};
 use skiff_apimachinery::ApiError;
 
-use crate::user::{NODE_USER_PREFIX, NODES_GROUP};
+use crate::user::{NODE_USER_PREFIX, NODES_GROUP, SIMULATED_NODE_AGENT_PREFIX, SIMULATED_NODE_AGENTS_GROUP};
+
+/// The user and group a join certificate names: `(system:node:<name>, system:nodes)`, or for a
+/// simulated-node agent `(system:skiff:simulated-node-agent:<name>,
+/// system:skiff:simulated-node-agents)`.
+pub fn join_identity(node_name: &str, simulated: bool) -> (String, &'static str) {
+    if simulated {
+        (format!("{SIMULATED_NODE_AGENT_PREFIX}{node_name}"), SIMULATED_NODE_AGENTS_GROUP)
+    } else {
+        (format!("{NODE_USER_PREFIX}{node_name}"), NODES_GROUP)
+    }
+}
 
 /// Prefix of the secure token format.
 pub const TOKEN_PREFIX: &str = "K10";
@@ -122,6 +139,10 @@ pub struct NodeJoinRequest {
     pub node_name: String,
     /// PEM PKCS#10 certificate signing request for the agent's key.
     pub csr: String,
+    /// An agent of simulated nodes asks for the simulated-node agent identity
+    /// ([`join_identity`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
 }
 
 /// The server's answer.
@@ -150,12 +171,12 @@ pub fn build_join_request(node_name: &str) -> Result<(NodeJoinRequest, String), 
         .serialize_request(&key)
         .and_then(|c| c.pem())
         .map_err(|e| format!("encoding the certificate signing request: {e}"))?;
-    Ok((NodeJoinRequest { node_name: node_name.to_string(), csr }, key.serialize_pem()))
+    Ok((NodeJoinRequest { node_name: node_name.to_string(), csr, simulated: false }, key.serialize_pem()))
 }
 
 /// Server side: signs the CSR in `request` with the cluster CA as a node client certificate.
 /// Whatever subject the CSR asks for, the certificate says `CN=system:node:<nodeName>,
-/// O=system:nodes`.
+/// O=system:nodes` (or the simulated-node agent identity, [`join_identity`]).
 ///
 /// # Errors
 /// 400 for an invalid node name or a CSR that does not parse or whose signature does not
@@ -179,8 +200,9 @@ pub fn sign_node_certificate(
     let issuer = Issuer::from_ca_cert_pem(ca_cert_pem, ca_key)
         .map_err(|e| ApiError::internal(format!("parsing the CA certificate: {e}")))?;
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, NODES_GROUP);
-    dn.push(DnType::CommonName, format!("{NODE_USER_PREFIX}{}", request.node_name));
+    let (user, group) = join_identity(&request.node_name, request.simulated);
+    dn.push(DnType::OrganizationName, group);
+    dn.push(DnType::CommonName, user);
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let to_time = |d: Duration| rcgen::date_time_ymd(1970, 1, 1) + Duration::from_secs(d.as_secs());
     let p = &mut csr.params;
@@ -261,16 +283,25 @@ mod tests {
         params.distinguished_name.push(DnType::OrganizationName, "system:masters");
         params.distinguished_name.push(DnType::CommonName, "admin");
         let csr = params.serialize_request(&key).unwrap().pem().unwrap();
-        let req = NodeJoinRequest { node_name: "n2".into(), csr };
+        let req = NodeJoinRequest { node_name: "n2".into(), csr, simulated: false };
         let resp = sign_node_certificate(&ca.0, &ca.1, &req).unwrap();
         let der = CertificateDer::from_pem_slice(resp.certificate.as_bytes()).unwrap();
         let user = crate::authn::x509::user_from_certificate(&der).unwrap();
         assert_eq!((user.name.as_str(), user.groups), ("system:node:n2", vec!["system:nodes".to_string()]));
-        let bad_name = NodeJoinRequest { node_name: "Bad_Name".into(), csr: req.csr.clone() };
+        let simulated = NodeJoinRequest { simulated: true, ..req.clone() };
+        let resp = sign_node_certificate(&ca.0, &ca.1, &simulated).unwrap();
+        let der = CertificateDer::from_pem_slice(resp.certificate.as_bytes()).unwrap();
+        let user = crate::authn::x509::user_from_certificate(&der).unwrap();
+        assert_eq!(
+            (user.name.as_str(), user.groups),
+            ("system:skiff:simulated-node-agent:n2", vec!["system:skiff:simulated-node-agents".to_string()])
+        );
+        let bad_name = NodeJoinRequest { node_name: "Bad_Name".into(), csr: req.csr.clone(), simulated: false };
         assert_eq!(sign_node_certificate(&ca.0, &ca.1, &bad_name).unwrap_err().code, 400);
         let bad_csr = NodeJoinRequest {
             node_name: "n3".into(),
             csr: "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n".into(),
+            simulated: false,
         };
         assert_eq!(sign_node_certificate(&ca.0, &ca.1, &bad_csr).unwrap_err().code, 400);
         assert!(secrets_match("abc", "abc") && !secrets_match("abc", "abd") && !secrets_match("abc", "ab"));

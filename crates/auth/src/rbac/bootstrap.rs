@@ -19,10 +19,15 @@
 //!   must read and delete every kind (including custom resources), hence `get, list, watch,
 //!   patch, update, delete, deletecollection` on `*`; `create` is limited to the kinds
 //!   controllers create; it may `escalate` ClusterRoles only to write aggregated rules.
-//! - `system:node` (group `system:nodes`): the kubelet's needs. Simplified: Kubernetes pairs
-//!   this role with the Node authorizer and NodeRestriction admission, which restrict a kubelet to
-//!   its own node and the pods bound to it; skiff grants the role to the whole group without that
-//!   per-node restriction.
+//! - `system:node`: the kubelet's needs ([`node_rules`]). As in Kubernetes since 1.8 the
+//!   `system:node` ClusterRoleBinding has no subjects: nodes are authorized by the Node
+//!   authorizer ([`crate::node::authorizer`]), which grants these rules only for the node's own
+//!   objects and the objects its pods use, and NodeRestriction admission limits their writes.
+//!   (A cluster created before that change keeps its binding to `system:nodes`: existing
+//!   bootstrap objects are not rewritten. Delete the binding's subjects to restrict old nodes.)
+//! - `system:skiff:simulated-node-agent` (group `system:skiff:simulated-node-agents`): what
+//!   `skiff agent --simulated-nodes` needs to run many KWOK-style nodes under one identity
+//!   (nodes, leases, pod status; no secrets or configmaps).
 //! - `system:node-proxier` (user `system:kube-proxy`) and `system:monitoring`.
 
 use std::collections::BTreeMap;
@@ -225,32 +230,60 @@ fn admin_rules() -> Vec<PolicyRule> {
     ]
 }
 
-fn node_rules() -> Vec<PolicyRule> {
+/// The kubelet's rules (Kubernetes' `bootstrappolicy.NodeRules`): the `system:node`
+/// ClusterRole and the static rules of the Node authorizer, which further limits the graph
+/// resources (secrets, configmaps, claims, volumes, service-account tokens), leases, nodes and
+/// pod reads to what concerns the requesting node.
+pub fn node_rules() -> Vec<PolicyRule> {
     vec![
-        // Its Node object and status, heartbeats.
-        policy_rule(&["create", "get", "list", "watch", "update", "patch", "delete"], &[""], &["nodes"]),
+        // Delegated authentication and authorization checks.
+        policy_rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
+        policy_rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews", "localsubjectaccessreviews"]),
+        // Service environment variables.
+        policy_rule(READ, &[""], &["services"]),
+        // Register its Node and report status (NodeRestriction: only its own).
+        policy_rule(&["create", "get", "list", "watch"], &[""], &["nodes"]),
+        policy_rule(&["update", "patch"], &[""], &["nodes/status"]),
+        policy_rule(&["update", "patch"], &[""], &["nodes"]),
+        policy_rule(&["create", "update", "patch"], &["", "events.k8s.io"], &["events"]),
+        // Pods bound to it (the Node authorizer limits reads), mirror pods, status, evictions
+        // (NodeRestriction limits writes).
+        policy_rule(READ, &[""], &["pods"]),
+        policy_rule(&["create", "delete"], &[""], &["pods"]),
+        policy_rule(&["update", "patch"], &[""], &["pods/status"]),
+        policy_rule(&["create"], &[""], &["pods/eviction"]),
+        // What pods use (the Node authorizer: only what pods bound to it reference).
+        policy_rule(READ, &[""], &["secrets", "configmaps"]),
+        policy_rule(&["get"], &[""], &["persistentvolumeclaims", "persistentvolumes"]),
+        policy_rule(&["get"], &[""], &["endpoints"]),
+        policy_rule(&["create", "get", "list", "watch"], &["certificates.k8s.io"], &["certificatesigningrequests"]),
+        // Heartbeats (the Node authorizer: its own Lease in kube-node-lease).
+        policy_rule(&["get", "create", "update", "patch", "delete"], &["coordination.k8s.io"], &["leases"]),
+        policy_rule(&["get"], &["storage.k8s.io"], &["volumeattachments"]),
+        // Projected service-account tokens (the Node authorizer: service accounts of its pods).
+        policy_rule(&["create"], &[""], &["serviceaccounts/token"]),
+        policy_rule(&["update", "patch"], &[""], &["persistentvolumeclaims/status"]),
+        policy_rule(READ, &["node.k8s.io"], &["runtimeclasses"]),
+        policy_rule(READ, &["storage.k8s.io"], &["csidrivers"]),
+        policy_rule(&["get", "create", "update", "patch", "delete"], &["storage.k8s.io"], &["csinodes"]),
+    ]
+}
+
+/// What `skiff agent --simulated-nodes N` needs: its simulated Nodes, their Leases and the
+/// status of the pods bound to them. Not a node identity, so neither the Node authorizer nor
+/// NodeRestriction applies; in exchange it reads no secrets, configmaps or volumes.
+fn simulated_node_agent_rules() -> Vec<PolicyRule> {
+    vec![
+        policy_rule(&["get", "list", "watch", "create", "update", "patch", "delete"], &[""], &["nodes"]),
         policy_rule(&["update", "patch"], &[""], &["nodes/status"]),
         policy_rule(
-            &["create", "get", "update", "patch", "delete", "list", "watch"],
+            &["get", "list", "watch", "create", "update", "patch", "delete"],
             &["coordination.k8s.io"],
             &["leases"],
         ),
-        // Pods bound to it, their status, mirror pods, evictions.
-        policy_rule(&["get", "list", "watch", "create", "delete"], &[""], &["pods"]),
+        policy_rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
         policy_rule(&["update", "patch"], &[""], &["pods/status"]),
-        policy_rule(&["create"], &[""], &["pods/eviction"]),
-        // What pods reference.
-        policy_rule(&["get", "list", "watch"], &[""], &["configmaps", "secrets", "services", "endpoints"]),
-        policy_rule(&["get"], &[""], &["persistentvolumeclaims", "persistentvolumes"]),
-        policy_rule(&["get", "list", "watch"], &["node.k8s.io"], &["runtimeclasses"]),
-        policy_rule(&["get", "list", "watch"], &["discovery.k8s.io"], &["endpointslices"]),
-        // Projected service-account tokens.
-        policy_rule(&["create"], &[""], &["serviceaccounts/token"]),
-        policy_rule(&["get"], &[""], &["serviceaccounts"]),
-        policy_rule(&["create", "patch", "update"], &["", "events.k8s.io"], &["events"]),
-        policy_rule(&["create", "get", "list", "watch"], &["certificates.k8s.io"], &["certificatesigningrequests"]),
-        policy_rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-        policy_rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+        policy_rule(&["create", "update", "patch"], &["", "events.k8s.io"], &["events"]),
     ]
 }
 
@@ -348,6 +381,7 @@ pub fn bootstrap_policy() -> BootstrapPolicy {
             )],
         ),
         role("system:node", &[], node_rules()),
+        role(user::SIMULATED_NODE_AGENTS_GROUP_ROLE, &[], simulated_node_agent_rules()),
         role(
             "system:node-proxier",
             &[],
@@ -370,7 +404,13 @@ pub fn bootstrap_policy() -> BootstrapPolicy {
             &[("Group", user::ALL_AUTHENTICATED), ("Group", user::ALL_UNAUTHENTICATED)],
         ),
         cluster_binding("system:monitoring", "system:monitoring", &[("Group", "system:monitoring")]),
-        cluster_binding("system:node", "system:node", &[("Group", user::NODES_GROUP)]),
+        // No subjects, as in Kubernetes: the Node authorizer grants nodes these rules.
+        cluster_binding("system:node", "system:node", &[]),
+        cluster_binding(
+            user::SIMULATED_NODE_AGENTS_GROUP_ROLE,
+            user::SIMULATED_NODE_AGENTS_GROUP_ROLE,
+            &[("Group", user::SIMULATED_NODE_AGENTS_GROUP)],
+        ),
         cluster_binding("system:node-proxier", "system:node-proxier", &[("User", user::KUBE_PROXY)]),
         cluster_binding("system:kube-scheduler", "system:kube-scheduler", &[("User", user::KUBE_SCHEDULER)]),
         cluster_binding(

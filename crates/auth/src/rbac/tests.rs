@@ -491,8 +491,10 @@ fn bootstrap_policy_grants_what_kubernetes_defaults_grant() {
         (&sched, "list", "", "nodes", "", "", true),
         (&sched, "delete", "", "nodes", "", "", false),
         (&sched, "update", "coordination.k8s.io", "leases", "", "kube-system", false),
-        (&node, "patch", "", "nodes", "status", "", true),
-        (&node, "create", "", "serviceaccounts", "token", "team", true),
+        // RBAC alone grants nodes nothing: `system:node` is bound to no one, the Node
+        // authorizer grants its rules per node.
+        (&node, "patch", "", "nodes", "status", "", false),
+        (&node, "create", "", "serviceaccounts", "token", "team", false),
         (&node, "create", "rbac.authorization.k8s.io", "clusterroles", "", "", false),
         (&kcm, "delete", "", "pods", "", "team", true),
         (&kcm, "create", "apps", "replicasets", "", "team", true),

@@ -125,25 +125,26 @@ async fn api_on_vs_off(args: &AuthorizationArgs) -> anyhow::Result<()> {
             side.cpu_per_create.push(cpu / args.creates as u32);
         }
     }
+    // The median (the mean of the middle two for an even count).
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or_default()
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
     };
-    let median_cpu = |v: &[Duration]| {
-        let mut v = v.to_vec();
-        v.sort();
-        v.get(v.len() / 2).copied().unwrap_or_default()
-    };
+    let secs = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).collect::<Vec<_>>();
     let (off, on) = (&sides[0].0, &sides[1].0);
     let (off_rate, on_rate) = (median(&off.rates), median(&on.rates));
-    let (off_cpu, on_cpu) = (median_cpu(&off.cpu_per_create), median_cpu(&on.cpu_per_create));
+    let (off_cpu, on_cpu) = (median(&secs(&off.cpu_per_create)), median(&secs(&on.cpu_per_create)));
     println!(
         "  median: off {off_rate:.0} creates/s, on {on_rate:.0} creates/s → on/off {:.2}; server CPU per create off {:.0} µs, on {:.0} µs → on/off {:.2}",
         on_rate / off_rate.max(f64::MIN_POSITIVE),
-        off_cpu.as_secs_f64() * 1e6,
-        on_cpu.as_secs_f64() * 1e6,
-        on_cpu.as_secs_f64() / off_cpu.as_secs_f64().max(f64::MIN_POSITIVE)
+        off_cpu * 1e6,
+        on_cpu * 1e6,
+        on_cpu / off_cpu.max(f64::MIN_POSITIVE)
     );
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `kubectl exec` and `kubectl port-forward` end to end: the real kubectl against `skiff server`
+//! `kubectl exec`, `kubectl attach` and `kubectl port-forward` end to end: the real kubectl against `skiff server`
 //! with its local node on a real containerd, through the API server's `pods/exec` and
 //! `pods/portforward` to the kubelet and the runtime's streaming server.
 //!
@@ -80,6 +80,34 @@ fn check_exec(server: &Server, bin: &str, args: &[&str], input: Option<&str>, st
     }
 }
 
+/// Reads one line from stdin (open until the first attach ends), answers it and exits.
+const ATTACH_POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+spec:
+  restartPolicy: Never
+  containers:
+  - name: reader
+    image: skiff.local/busybox:1.35
+    command: [sh, -c, 'read line; echo \"got $line\"']
+    stdin: true
+    stdinOnce: true
+";
+
+/// Prints a line a second for 15 s, then exits (ending any attach session).
+const TICKER_POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: ticker
+spec:
+  restartPolicy: Never
+  containers:
+  - name: ticker
+    image: skiff.local/busybox:1.35
+    command: [sh, -c, 'for i in $(seq 1 15); do echo tick $i; sleep 1; done; echo done']
+";
+
 #[test]
 fn kubectl_exec_and_port_forward_reach_a_container_on_containerd() {
     require_runtime();
@@ -118,6 +146,21 @@ fn kubectl_exec_and_port_forward_reach_a_container_on_containerd() {
     } else {
         eprintln!("{KUBECTL_1_29} is not installed: the SPDY exec path is not exercised");
     }
+
+    // attach: a container reading one line from its stdin (stdinOnce) answers it on stdout
+    // and exits, which ends the session.
+    server.ok_stdin(&["create", "-f", "-"], ATTACH_POD);
+    server.ok(&["wait", "--for=condition=Ready", "pod/reader", "--timeout=180s"]);
+    let out = run(&server, "kubectl", &["attach", "-i", "reader", "-c", "reader"], Some("hello attach\n"));
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(o.contains("got hello attach"), "kubectl attach: stdout {o:?}, stderr {e:?}");
+    // A container printing output: attach without stdin relays what it prints from then on,
+    // until it exits.
+    server.ok_stdin(&["create", "-f", "-"], TICKER_POD);
+    server.ok(&["wait", "--for=condition=Ready", "pod/ticker", "--timeout=180s"]);
+    let out = run(&server, "kubectl", &["attach", "ticker"], None);
+    let (o, e) = (text(&out.stdout), text(&out.stderr));
+    assert!(o.contains("tick 15\n") && o.ends_with("done\n"), "kubectl attach: stdout {o:?}, stderr {e:?}");
 
     // port-forward: the WebSocket tunnel is refused, kubectl falls back to SPDY.
     let port = common::free_port();

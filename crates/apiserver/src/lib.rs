@@ -292,6 +292,7 @@ impl ApiServer {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 admission: config.admission.clone().unwrap_or_else(|| Arc::new(admission::AdmitAll)),
+                namespaces: Default::default(),
             },
             caches,
             metrics,
@@ -302,6 +303,9 @@ impl ApiServer {
             kubelet_tls: Some(proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
             virtuals,
         });
+        if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
+            state.objects.namespaces.use_cache(cache.clone());
+        }
         bootstrap_namespaces(&state).await?;
         bootstrap::priority_classes(&state).await?;
         cache_tasks.push(tokio::spawn(crd::run(state.clone())));

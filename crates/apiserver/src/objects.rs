@@ -142,6 +142,77 @@ pub struct Objects {
     pub metrics: Arc<Metrics>,
     /// Admission plug-ins.
     pub admission: Arc<dyn Admission>,
+    /// Where creates learn whether their namespace exists and is not terminating.
+    pub namespaces: NamespaceLifecycle,
+}
+
+/// The namespace lifecycle check of creates (kube-apiserver's `NamespaceLifecycle` admission),
+/// answered from the namespaces' watch cache instead of a store read per create.
+///
+/// The invariant: a create is refused (404 or 403) whenever a store read at the moment of the
+/// check would refuse it, for every namespace write this API server has completed before the
+/// check. Every namespace write of this server goes through [`Objects`], which counts it as in
+/// flight until it has recorded the revision it committed at; the write itself runs in its own
+/// task, so a cancelled request cannot leave a committed write unrecorded. The cache answers
+/// only when no namespace write is in flight and it has applied every recorded revision;
+/// otherwise, and whenever the cache does not hold the namespace (it may have been created
+/// elsewhere a moment ago), the check reads the store, as before. A namespace write made by
+/// another API server on the same etcd reaches this one through its watch, with the window
+/// Kubernetes' informer-backed check also has; the namespace controller deletes whatever lands
+/// in a terminating namespace during it.
+#[derive(Default)]
+pub struct NamespaceLifecycle {
+    cache: std::sync::OnceLock<Arc<crate::watchcache::WatchCache>>,
+    writes: Arc<NamespaceWrites>,
+}
+
+/// This server's namespace writes.
+#[derive(Default)]
+struct NamespaceWrites {
+    /// Started and not yet recorded.
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// The highest revision a recorded write committed at.
+    up_to: std::sync::atomic::AtomicI64,
+}
+
+/// What the cache knows of a namespace.
+enum CachedNamespace {
+    /// The cache cannot answer: read the store.
+    Unknown,
+    /// The namespace as the store holds it.
+    Known(Arc<Value>),
+}
+
+impl NamespaceLifecycle {
+    /// Answers from `cache` (the watch cache of `/registry/namespaces/`) from now on.
+    pub fn use_cache(&self, cache: Arc<crate::watchcache::WatchCache>) {
+        let _ = self.cache.set(cache);
+    }
+
+    fn lookup(&self, ns: &str) -> CachedNamespace {
+        use std::sync::atomic::Ordering::SeqCst;
+        let Some(cache) = self.cache.get().filter(|c| c.is_ready()) else { return CachedNamespace::Unknown };
+        if self.writes.in_flight.load(SeqCst) > 0 || cache.revision() < self.writes.up_to.load(SeqCst) {
+            return CachedNamespace::Unknown;
+        }
+        match cache.get(&format!("{}{ns}", cache.prefix())) {
+            Some(obj) => CachedNamespace::Known(obj),
+            None => CachedNamespace::Unknown,
+        }
+    }
+}
+
+fn is_namespaces(def: &ResourceDef) -> bool {
+    def.resource == "namespaces" && def.group.is_empty()
+}
+
+/// Counts a namespace write as in flight until dropped.
+struct InFlight(Arc<NamespaceWrites>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 fn store_error(def: &ResourceDef, name: &str, e: skiff_store::Error) -> ApiError {
@@ -340,6 +411,40 @@ impl Objects {
         out
     }
 
+    /// A store write (`op` for the metrics). A namespace write is recorded for
+    /// [`NamespaceLifecycle`]: in flight until its revision is known, run in its own task so
+    /// that it is recorded even when the request is cancelled.
+    async fn write<T: Send + 'static>(
+        &self,
+        op: &str,
+        def: &ResourceDef,
+        write: impl FnOnce(Arc<dyn Backend>) -> futures::future::BoxFuture<'static, skiff_store::Result<T>>,
+        revision: fn(&T) -> Revision,
+    ) -> skiff_store::Result<T> {
+        let store = self.store.clone();
+        if !is_namespaces(def) {
+            return self.timed(op, def, write(store)).await;
+        }
+        let writes = self.namespaces.writes.clone();
+        writes.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let in_flight = InFlight(writes);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = write(store);
+        let start = Instant::now();
+        // The write is recorded by its own task, which outlives a cancelled request.
+        tokio::spawn(async move {
+            let out = task.await;
+            if let Ok(v) = &out {
+                in_flight.0.up_to.fetch_max(revision(v), std::sync::atomic::Ordering::SeqCst);
+            }
+            drop(in_flight);
+            let _ = tx.send(out);
+        });
+        let out = rx.await.unwrap_or_else(|_| Err(skiff_store::Error::Internal("store write task ended".into())));
+        self.metrics.observe_store(op, def.resource, start.elapsed().as_secs_f64());
+        out
+    }
+
     /// PriorityClass admission: only one PriorityClass may have `globalDefault: true` (403
     /// Forbidden otherwise, as Kubernetes' Priority admission plugin answers).
     async fn check_global_default(&self, def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
@@ -398,9 +503,13 @@ impl Objects {
             crate::registry::builtin().into_iter().find(|d| d.resource == "namespaces" && d.group.is_empty())
         });
         let Some(ns_def) = NAMESPACES.as_ref() else { return Ok(()) };
-        match self.get_internal(ns_def, "", ns).await? {
+        let current = match self.namespaces.lookup(ns) {
+            CachedNamespace::Known(n) => Some(n),
+            CachedNamespace::Unknown => self.get_internal(ns_def, "", ns).await?.map(|(n, _)| Arc::new(n)),
+        };
+        match current {
             None => Err(ApiError::not_found("", "namespaces", ns)),
-            Some((n, _)) => {
+            Some(n) => {
                 let terminating = has_deletion_timestamp(&n)
                     || n.get("status").and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Terminating");
                 if terminating {
@@ -496,8 +605,10 @@ impl Objects {
             return Ok(Written { object: convert::to_external(def, obj), warnings, created: true });
         }
         let key = def.key(ns, &name);
-        let rev =
-            self.timed("create", def, self.store.create(&key, bytes)).await.map_err(|e| store_error(def, &name, e))?;
+        let rev = self
+            .write("create", def, move |store| Box::pin(async move { store.create(&key, bytes).await }), |r| *r)
+            .await
+            .map_err(|e| store_error(def, &name, e))?;
         set_resource_version(&mut obj, rev);
         Ok(Written { object: convert::to_external(def, obj), warnings, created: true })
     }
@@ -596,7 +707,15 @@ impl Objects {
                     return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
                 }
                 let key = def.key(ns, name);
-                match self.timed("delete", def, self.store.delete(&key, Some(old_rev))).await {
+                match self
+                    .write(
+                        "delete",
+                        def,
+                        move |store| Box::pin(async move { store.delete(&key, Some(old_rev)).await }),
+                        |(r, _)| *r,
+                    )
+                    .await
+                {
                     Ok((rev, _)) => {
                         set_resource_version(&mut new, rev);
                         return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
@@ -617,7 +736,15 @@ impl Objects {
                 return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
             }
             let key = def.key(ns, name);
-            match self.timed("update", def, self.store.update(&key, bytes, old_rev)).await {
+            match self
+                .write(
+                    "update",
+                    def,
+                    move |store| Box::pin(async move { store.update(&key, bytes, old_rev).await }),
+                    |r| *r,
+                )
+                .await
+            {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
                     return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
@@ -722,7 +849,15 @@ impl Objects {
                 if opts.dry_run {
                     return Ok(Deleted { object: convert::to_external(def, old), removed: true });
                 }
-                match self.timed("delete", def, self.store.delete(&key, Some(old_rev))).await {
+                match self
+                    .write(
+                        "delete",
+                        def,
+                        move |store| Box::pin(async move { store.delete(&key, Some(old_rev)).await }),
+                        |(r, _)| *r,
+                    )
+                    .await
+                {
                     Ok((rev, _)) => {
                         let mut last = old;
                         set_resource_version(&mut last, rev);
@@ -760,7 +895,15 @@ impl Objects {
                 return Ok(Deleted { object: convert::to_external(def, new), removed: false });
             }
             let bytes = encode_stored(&mut new)?;
-            match self.timed("update", def, self.store.update(&key, bytes, old_rev)).await {
+            match self
+                .write(
+                    "update",
+                    def,
+                    move |store| Box::pin(async move { store.update(&key, bytes, old_rev).await }),
+                    |r| *r,
+                )
+                .await
+            {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
                     return Ok(Deleted { object: convert::to_external(def, new), removed: false });
@@ -994,4 +1137,41 @@ fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Value,
         }
     }
     new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::watchcache::WatchCache;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_namespace_cache_answers_only_once_it_has_seen_every_recorded_namespace_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store: Arc<dyn Backend> =
+            Arc::new(skiff_store::sqlite::SqliteBackend::open(&path, Default::default()).unwrap());
+        let cache = WatchCache::new("/registry/namespaces/".into(), 16, 16);
+        let follower = tokio::spawn(cache.clone().run(store.clone()));
+        let rev = store.create("/registry/namespaces/a", br#"{"metadata":{"name":"a"}}"#.to_vec()).await.unwrap();
+        assert!(cache.wait_for(rev, Duration::from_secs(30)).await);
+
+        let lifecycle = NamespaceLifecycle::default();
+        assert!(matches!(lifecycle.lookup("a"), CachedNamespace::Unknown), "no cache yet");
+        lifecycle.use_cache(cache.clone());
+        assert!(matches!(lifecycle.lookup("a"), CachedNamespace::Known(_)));
+        assert!(matches!(lifecycle.lookup("missing"), CachedNamespace::Unknown), "absent: read the store");
+
+        lifecycle.writes.in_flight.fetch_add(1, SeqCst);
+        assert!(matches!(lifecycle.lookup("a"), CachedNamespace::Unknown), "a write in flight");
+        lifecycle.writes.in_flight.fetch_sub(1, SeqCst);
+
+        lifecycle.writes.up_to.store(rev + 1, SeqCst);
+        assert!(matches!(lifecycle.lookup("a"), CachedNamespace::Unknown), "the cache lags a recorded write");
+        let next = store.create("/registry/namespaces/b", br#"{"metadata":{"name":"b"}}"#.to_vec()).await.unwrap();
+        assert!(cache.wait_for(next, Duration::from_secs(30)).await);
+        assert!(matches!(lifecycle.lookup("a"), CachedNamespace::Known(_)));
+        follower.abort();
+    }
 }

@@ -76,10 +76,10 @@ impl Watcher {
     /// The line for an event this watcher sees (`prev` is the object to send instead of the
     /// event's own, for a selector transition). Plain JSON watches of a resource whose stored
     /// form is its external form reuse the event's shared encoding.
-    fn event_line(&self, kind: &str, e: &crate::watchcache::CacheEvent, prev: Option<Value>) -> Bytes {
+    fn event_line(&self, kind: &'static str, e: &crate::watchcache::CacheEvent, prev: Option<Value>) -> Bytes {
         match prev {
             None if self.output == Output::Json && crate::convert::is_identity(&self.def) => {
-                line_encoded(kind, e.object_json())
+                e.json_line(kind, line_encoded)
             }
             None => self.render_line(kind, (*e.object).clone()),
             Some(obj) => self.render_line(kind, obj),

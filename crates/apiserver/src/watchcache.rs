@@ -48,6 +48,9 @@ pub struct CacheEvent {
     /// by every other one (see [`CacheEvent::object_json`]): a fan-out to N watchers encodes an
     /// event once, not N times.
     pub encoded: std::sync::OnceLock<Vec<u8>>,
+    /// The whole JSON watch-event line of the first event type a watcher sent it as (see
+    /// [`CacheEvent::json_line`]), shared by reference by every watcher sending the same.
+    pub line: std::sync::OnceLock<(&'static str, bytes::Bytes)>,
 }
 
 impl CacheEvent {
@@ -55,6 +58,14 @@ impl CacheEvent {
     /// shared by every later caller.
     pub fn object_json(&self) -> &[u8] {
         self.encoded.get_or_init(|| serde_json::to_vec(&*self.object).unwrap_or_default())
+    }
+
+    /// The watch-event line `{"type":KIND,"object":OBJECT}\n` of `object`, built by `make`
+    /// from [`CacheEvent::object_json`] on first use and shared (a reference count, no copy)
+    /// by every later caller asking for the same `kind`.
+    pub fn json_line(&self, kind: &'static str, make: impl Fn(&str, &[u8]) -> bytes::Bytes) -> bytes::Bytes {
+        let (first, line) = self.line.get_or_init(|| (kind, make(kind, self.object_json())));
+        if *first == kind { line.clone() } else { make(kind, self.object_json()) }
     }
 }
 
@@ -264,6 +275,7 @@ impl WatchCache {
             object: object.clone(),
             prev,
             encoded: std::sync::OnceLock::new(),
+            line: std::sync::OnceLock::new(),
         });
         let mut inner = self.inner.lock();
         match kind {
@@ -293,6 +305,11 @@ impl WatchCache {
         }
         let backlog = inner.ring.iter().filter(|e| e.revision > after).cloned().collect();
         Ok((backlog, Subscription { rx: self.tx.subscribe() }))
+    }
+
+    /// The cached object at `key` (resourceVersion set), if any.
+    pub fn get(&self, key: &str) -> Option<Arc<Value>> {
+        self.inner.lock().objects.get(key).cloned()
     }
 
     /// The objects under `prefix` (a sub-prefix of the cache's, e.g. one namespace) and a

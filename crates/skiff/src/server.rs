@@ -304,21 +304,61 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     }
 
     shutdown_signal().await;
+    let stopping = std::time::Instant::now();
     tracing::info!("shutting down");
-    let _ = stop_tx.send(true);
-    for (name, t) in tasks {
-        if tokio::time::timeout(Duration::from_secs(5), t).await.is_err() {
-            tracing::warn!(component = name, "did not stop within 5s");
+    stop_components(&stop_tx, tasks, COMPONENT_STOP_GRACE).await;
+    // Stop accepting, end every watch, let in-flight requests (writes) finish, then close the
+    // store.
+    api.shutdown(API_STOP_GRACE).await;
+    tracing::info!(elapsed_ms = stopping.elapsed().as_millis() as u64, "stopped");
+    Ok(())
+}
+
+/// How long components that observe [`ComponentContext::shutdown`] get to return (e.g. the
+/// controller manager releasing its Lease) before they are stopped by force.
+pub const COMPONENT_STOP_GRACE: Duration = Duration::from_millis(1500);
+/// How long in-flight API requests get to finish once the server stops accepting.
+pub const API_STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Tells every component to stop, waits until they return or `grace` has passed (one shared
+/// deadline, not one per component), then aborts the ones still running: dropping a
+/// component's future ends its requests and watches, so nothing of it outlives the API server.
+pub async fn stop_components(
+    stop: &tokio::sync::watch::Sender<bool>,
+    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+    grace: Duration,
+) {
+    let _ = stop.send(true);
+    let deadline = tokio::time::Instant::now() + grace;
+    for (name, mut task) in tasks {
+        if tokio::time::timeout_at(deadline, &mut task).await.is_err() {
+            task.abort();
+            let _ = task.await;
+            tracing::debug!(component = name, "stopped by force after {grace:?}");
         }
     }
-    api.shutdown(Duration::from_secs(10)).await;
-    tracing::info!("stopped");
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn components_that_ignore_shutdown_are_aborted_after_the_grace() {
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let mut observed = rx.clone();
+        let polite = tokio::spawn(async move {
+            let _ = observed.wait_for(|s| *s).await;
+        });
+        let polite_done = polite.abort_handle();
+        let deaf = || tokio::spawn(std::future::pending::<()>());
+        let (a, b) = (deaf(), deaf());
+        let (abort_a, abort_b) = (a.abort_handle(), b.abort_handle());
+        stop_components(&stop, vec![("polite", polite), ("deaf-a", a), ("deaf-b", b)], Duration::from_millis(50)).await;
+        assert!(polite_done.is_finished());
+        assert!(abort_a.is_finished() && abort_b.is_finished());
+        drop(rx);
+    }
 
     #[test]
     fn durations_parse_with_units() {

@@ -28,7 +28,9 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchParams};
 use skiff_store::Backend;
 use skiff_store::sqlite::SqliteBackend;
 
-use super::harness::{Samples, ServerProcess, admin_client, load_average, metric_sum, ms, scrape};
+use super::harness::{
+    Samples, ServerProcess, admin_client, cpu_us_per_op, load_average, metric_sum, ms, process_cpu_time, scrape,
+};
 
 /// Flags of `skiff bench apiserver`.
 #[derive(clap::Args, Debug)]
@@ -181,7 +183,7 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
     let idle_rss = server.rss_bytes()?;
-    println!("idle RSS after {:.0} s: {:.1} MB", args.settle, idle_rss as f64 / 1e6);
+    println!("idle RSS after {:.0} s: {:.1} MB ({} threads)", args.settle, idle_rss as f64 / 1e6, server.threads()?);
 
     // 3. Creates over HTTPS next to raw store creates.
     let mut clients = Vec::with_capacity(args.clients);
@@ -189,8 +191,11 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
         clients.push(admin_client(&server.kubeconfig()).await?);
     }
     create_namespace(&admin, "bench").await?;
+    let (server_cpu, own_cpu) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
     let (api_took, mut api_lat, example) = create_pods(&clients, "bench", args.creates).await?;
     let api_rate = args.creates as f64 / api_took.as_secs_f64();
+    let server_us = cpu_us_per_op(server_cpu, server.cpu_time()?, args.creates);
+    let client_us = cpu_us_per_op(own_cpu, process_cpu_time("/proc/self/stat")?, args.creates);
     let value_size = example.as_ref().map(|p| serde_json::to_vec(p).map(|v| v.len()).unwrap_or(0)).unwrap_or(1024);
     println!(
         "API creates: {} pods from {} clients in {:.2} s = {:.0}/s (p50 {}, p99 {}); stored pod ≈ {} bytes",
@@ -201,6 +206,10 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
         ms(api_lat.percentile(50.0)),
         ms(api_lat.percentile(99.0)),
         value_size
+    );
+    println!(
+        "  CPU per create: server {server_us:.0} µs (= {:.0} creates/s per server core), bench clients {client_us:.0} µs",
+        1e6 / server_us.max(1.0)
     );
     let (raw_took, mut raw_lat) = raw_store_creates(base.path(), args.clients.max(1), args.creates, value_size).await?;
     let raw_rate = args.creates as f64 / raw_took.as_secs_f64();
@@ -225,8 +234,11 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
     );
 
     // 5. Watch delivery latency.
+    let (server_cpu, own_cpu) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
     let (mut watch_lat, expected) = watch_latency(&admin, &clients, args.watchers, args.watch_writes).await?;
     let delivered = watch_lat.0.len();
+    let server_us = cpu_us_per_op(server_cpu, server.cpu_time()?, delivered);
+    let client_us = cpu_us_per_op(own_cpu, process_cpu_time("/proc/self/stat")?, delivered);
     println!(
         "watch: {} watchers × {} creates: {} of {} deliveries, p50 {}, p99 {}",
         args.watchers,
@@ -236,6 +248,7 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
         ms(watch_lat.percentile(50.0)),
         ms(watch_lat.percentile(99.0))
     );
+    println!("  CPU per delivery (watch setup included): server {server_us:.1} µs, bench watchers {client_us:.1} µs");
     let busy_rss = server.rss_bytes()?;
     println!("RSS after the run: {:.1} MB; load average {} at end", busy_rss as f64 / 1e6, load_average());
 

@@ -100,6 +100,16 @@ impl ServerProcess {
         Ok(kb * 1024)
     }
 
+    /// CPU time (user + system, all threads) the server has used so far.
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        process_cpu_time(&format!("/proc/{}/stat", self.pid()))
+    }
+
+    /// Threads of the server process.
+    pub fn threads(&self) -> anyhow::Result<usize> {
+        Ok(std::fs::read_dir(format!("/proc/{}/task", self.pid()))?.count())
+    }
+
     /// The last lines of the server's log.
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.data_dir.join("server.log")).unwrap_or_default();
@@ -113,6 +123,32 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Clock ticks per second of the `utime`/`stime` fields of /proc/PID/stat (`USER_HZ`, 100 on
+/// every Linux architecture skiff builds for).
+const USER_HZ: u64 = 100;
+
+/// User + system CPU time of all threads of a process from its `/proc/PID/stat` (or
+/// `/proc/self/stat`) file.
+pub fn process_cpu_time(stat_path: &str) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(stat_path).with_context(|| format!("reading {stat_path}"))?;
+    parse_stat_cpu(&stat).with_context(|| format!("parsing {stat_path}"))
+}
+
+/// `utime + stime` (fields 14 and 15) of a /proc/PID/stat line; the command name (field 2) may
+/// contain spaces and parentheses, so fields are counted after its closing parenthesis.
+fn parse_stat_cpu(stat: &str) -> Option<Duration> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 1000 / USER_HZ))
+}
+
+/// CPU time used between two readings, per operation, in microseconds.
+pub fn cpu_us_per_op(before: Duration, after: Duration, ops: usize) -> f64 {
+    after.saturating_sub(before).as_secs_f64() * 1e6 / ops.max(1) as f64
 }
 
 /// A client authenticated with the admin kubeconfig at `path` (its own connection pool).
@@ -176,6 +212,14 @@ mod tests {
         assert_eq!(s.percentile(99.0), Duration::from_millis(99));
         assert_eq!(s.percentile(100.0), Duration::from_millis(100));
         assert_eq!(Samples::default().percentile(99.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn stat_cpu_counts_fields_after_the_command_name() {
+        let line = "42 (skiff (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1000 2 3";
+        assert_eq!(parse_stat_cpu(line), Some(Duration::from_secs(3)));
+        assert_eq!(parse_stat_cpu("garbage"), None);
+        assert_eq!(cpu_us_per_op(Duration::from_millis(10), Duration::from_millis(20), 10), 1000.0);
     }
 
     #[test]

@@ -10,8 +10,17 @@
 //! validates fields itself (so `kubectl apply` sends `fieldValidation=Strict`).
 //! See <https://kubernetes.io/docs/concepts/overview/kubernetes-api/#openapi-interface-definition>.
 //!
-//! Every document is generated once and then served from memory with an `ETag`
-//! (`If-None-Match` → 304). v2 is also served in gnostic's protobuf encoding
+//! Custom resources are documented too, as kube-apiserver does: each served version of a
+//! CustomResourceDefinition contributes its structural schema (`openAPIV3Schema`, with
+//! `apiVersion`/`kind` and a `metadata` reference to ObjectMeta added, named by the reversed
+//! group like `com.example.v1.Widget`) and its paths, in `/openapi/v2` and in
+//! `/openapi/v3/apis/<group>/<version>`
+//! (<https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#publish-validation-schema-in-openapi>).
+//!
+//! Every document is generated on first use and then served from memory with an `ETag`
+//! (`If-None-Match` → 304); a document is regenerated on the first request after the set of
+//! custom resources it covers changes (the registry swaps in new definitions on every CRD change,
+//! so their identities are the cache key). v2 is also served in gnostic's protobuf encoding
 //! (`Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, answered as
 //! `application/com.github.proto-openapi.spec.v2.v1.0+protobuf` like kube-apiserver), encoded by
 //! [`crate::openapi_v2_proto`] from the served JSON: kubectl 1.27 and 1.28 read only that form
@@ -22,7 +31,7 @@
 //! Quantity is `type: string`, and `oneOf` (absent from Swagger 2.0) is dropped.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -38,10 +47,72 @@ use crate::AppState;
 use crate::registry::{Registry, ResourceDef};
 use crate::rest::{error_response, json_response};
 
-/// Changes whenever the documents change (they are fixed per build).
+/// The hash of a group-version document without custom resources (fixed per build).
 const HASH: &str = concat!("skiff-", env!("CARGO_PKG_VERSION"));
 
-static DOCS: LazyLock<Mutex<HashMap<String, bytes::Bytes>>> = LazyLock::new(Default::default);
+/// The cached `/openapi/v3` group-version documents, by `group/version`.
+static DOCS: LazyLock<Mutex<HashMap<String, CachedDoc>>> = LazyLock::new(Default::default);
+
+/// One cached group-version document: the custom resources it was built from, its bytes and
+/// the hash its URL and ETag carry.
+#[derive(Clone)]
+struct CachedDoc {
+    custom: Vec<usize>,
+    bytes: bytes::Bytes,
+    hash: String,
+}
+
+/// The identities of the custom resource definitions in `defs` (each CRD change leaks new
+/// [`ResourceDef`]s, never reusing an address, so equal lists mean equal schemas).
+fn custom_key<'a>(defs: impl IntoIterator<Item = &'a ResourceDef>) -> Vec<usize> {
+    defs.into_iter().filter(|d| d.custom.is_some()).map(|d| std::ptr::from_ref(d) as usize).collect()
+}
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
+
+/// Kubernetes' definition name of a custom kind: the group's labels reversed, the version, the
+/// kind (`example.com`, `v1`, `Widget` → `com.example.v1.Widget`).
+pub fn custom_definition_name(group: &str, version: &str, kind: &str) -> String {
+    let reversed: Vec<&str> = group.split('.').rev().collect();
+    format!("{}.{version}.{kind}", reversed.join("."))
+}
+
+/// The OpenAPI v3 definition of one served CRD version (`None` for a built-in): its
+/// `openAPIV3Schema` (any object when it has none) with `apiVersion` and `kind` described and
+/// `metadata` referring to ObjectMeta, as kube-apiserver publishes it. `$ref`s start with
+/// `#/components/schemas/`; [`v2_doc`] rewrites them and the v3-only keywords for v2.
+pub fn custom_kind_definition(def: &ResourceDef) -> Option<Value> {
+    let custom = def.custom?;
+    let mut schema = match &custom.schema {
+        Some(s @ Value::Object(_)) => s.clone(),
+        _ => json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    };
+    let Value::Object(m) = &mut schema else { return None };
+    m.entry("type").or_insert_with(|| json!("object"));
+    let props = m.entry("properties").or_insert_with(|| json!({}));
+    if let Value::Object(p) = props {
+        p.entry("apiVersion").or_insert_with(|| json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources"}));
+        p.entry("kind").or_insert_with(|| json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"}));
+        p.insert(
+            "metadata".into(),
+            json!({"allOf": [{"$ref": format!("#/components/schemas/{OBJECT_META}")}], "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}),
+        );
+    }
+    Some(schema)
+}
+
+/// The definition name and `$ref` of a served kind: a built-in's generated into `g` from its
+/// k8s-openapi type, a custom resource's built from its CRD and pushed to `custom`.
+fn served_kind(g: &mut SchemaGenerator, def: &ResourceDef, custom: &mut Map<String, Value>) -> Option<(String, Value)> {
+    if def.custom.is_none() {
+        return kind_schema(g, &def.api_version(), def.kind);
+    }
+    let name = custom_definition_name(def.group, def.version, def.kind);
+    custom.insert(name.clone(), custom_kind_definition(def)?);
+    add::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(g);
+    let reference = json!({"$ref": format!("#/components/schemas/{name}")});
+    Some((name, reference))
+}
 
 fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
     let r = g.subschema_for::<T>();
@@ -150,8 +221,9 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
     let base = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
     let mut paths = Map::new();
     let mut kinds = Vec::new();
+    let mut custom = Map::new();
     for def in registry.in_group_version(group, version) {
-        let Some((name, schema)) = kind_schema(&mut g, &def.api_version(), def.kind) else { continue };
+        let Some((name, schema)) = served_kind(&mut g, def, &mut custom) else { continue };
         kinds.push((name, def.clone()));
         let (collection, item) = if def.namespaced {
             (
@@ -202,6 +274,7 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
         return None;
     }
     let mut schemas = g.take_definitions(true);
+    schemas.extend(custom);
     annotate_kinds(&mut schemas, &kinds, "#/components/schemas/");
     schemas.insert(
         "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
@@ -312,8 +385,8 @@ fn v2_refs(v: &mut Value) {
 
 /// Rewrites one schema (and those nested in it) from the v3 form schemars generates into
 /// Swagger 2.0 as Kubernetes publishes v2: `allOf: [{"$ref"}]` becomes a sibling `$ref`,
-/// `x-kubernetes-int-or-string` becomes `type: string, format: int-or-string`, and `oneOf`/`anyOf`
-/// (not in Swagger 2.0) are dropped, leaving an untyped schema (any value).
+/// `x-kubernetes-int-or-string` becomes `type: string, format: int-or-string`, and `oneOf`/`anyOf`/
+/// `not`/`nullable` (not in Swagger 2.0) are dropped, leaving an untyped schema (any value).
 fn v2_schema(schema: &mut Value) {
     let Value::Object(m) = schema else { return };
     if let Some(Value::Array(all)) = m.get("allOf")
@@ -324,8 +397,9 @@ fn v2_schema(schema: &mut Value) {
         m.remove("allOf");
         m.insert("$ref".into(), r);
     }
-    m.remove("oneOf");
-    m.remove("anyOf");
+    for v3_only in ["oneOf", "anyOf", "not", "nullable"] {
+        m.remove(v3_only);
+    }
     if m.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) && !m.contains_key("type") {
         m.remove("x-kubernetes-int-or-string");
         m.insert("type".into(), json!("string"));
@@ -393,11 +467,12 @@ pub fn v2_doc(registry: &Registry) -> Value {
     let mut g = SchemaSettings::openapi3().into_generator();
     let mut paths = Map::new();
     let mut kinds: Vec<(String, ResourceDef)> = Vec::new();
+    let mut custom = Map::new();
     for (group, versions) in registry.groups() {
         for version in versions {
             let base = if group.is_empty() { format!("/api/{version}") } else { format!("/apis/{group}/{version}") };
             for def in registry.in_group_version(group, version) {
-                let Some((name, mut schema)) = kind_schema(&mut g, &def.api_version(), def.kind) else { continue };
+                let Some((name, mut schema)) = served_kind(&mut g, def, &mut custom) else { continue };
                 v2_refs(&mut schema);
                 kinds.push((name, def.clone()));
                 let (collection, item) = if def.namespaced {
@@ -456,6 +531,7 @@ pub fn v2_doc(registry: &Registry) -> Value {
         }
     }
     let mut schemas = g.take_definitions(true);
+    schemas.extend(custom);
     for v in schemas.values_mut() {
         v2_refs(v);
     }
@@ -549,6 +625,7 @@ fn digest(bytes: &[u8]) -> String {
 }
 
 /// One encoded document and its ETag.
+#[derive(Clone)]
 struct Encoded {
     bytes: bytes::Bytes,
     etag: String,
@@ -561,21 +638,46 @@ impl Encoded {
     }
 }
 
-static V2_JSON: OnceLock<Encoded> = OnceLock::new();
-static V2_PROTO: OnceLock<Encoded> = OnceLock::new();
-
-/// `/openapi/v2` as JSON, generated on first use.
-fn v2_json(registry: &Registry) -> &'static Encoded {
-    V2_JSON.get_or_init(|| Encoded::new(serde_json::to_vec(&v2_doc(registry)).unwrap_or_default()))
+/// The cached `/openapi/v2`: the custom resources it documents ([`custom_key`]), its JSON and,
+/// once asked for, its protobuf form.
+struct V2Cache {
+    custom: Vec<usize>,
+    json: Encoded,
+    proto: Option<Encoded>,
 }
 
-/// `/openapi/v2` in protobuf, encoded on first use from the JSON bytes (so both always agree;
-/// the parsed document is dropped afterwards rather than kept in memory).
-fn v2_proto(registry: &Registry) -> &'static Encoded {
-    V2_PROTO.get_or_init(|| {
-        let doc: Value = serde_json::from_slice(&v2_json(registry).bytes).unwrap_or_default();
-        Encoded::new(crate::openapi_v2_proto::encode(&doc))
+static V2: Mutex<Option<V2Cache>> = Mutex::new(None);
+
+/// The cached v2 document for the registry's current custom resources, (re)built when they
+/// changed since it was cached. Callers hold the lock, so one request builds it.
+fn v2_cached<'a>(registry: &Registry, cache: &'a mut Option<V2Cache>) -> &'a mut V2Cache {
+    let custom = custom_key(registry.custom());
+    if cache.as_ref().is_some_and(|c| c.custom != custom) {
+        *cache = None;
+    }
+    cache.get_or_insert_with(|| {
+        let json = Encoded::new(serde_json::to_vec(&v2_doc(registry)).unwrap_or_default());
+        V2Cache { custom, json, proto: None }
     })
+}
+
+/// `/openapi/v2` as JSON.
+fn v2_json(registry: &Registry) -> Encoded {
+    v2_cached(registry, &mut V2.lock()).json.clone()
+}
+
+/// `/openapi/v2` in protobuf, encoded from the JSON bytes on first use (so both always agree;
+/// the parsed document is dropped afterwards rather than kept in memory).
+fn v2_proto(registry: &Registry) -> Encoded {
+    let mut guard = V2.lock();
+    let cached = v2_cached(registry, &mut guard);
+    if let Some(p) = &cached.proto {
+        return p.clone();
+    }
+    let doc: Value = serde_json::from_slice(&cached.json.bytes).unwrap_or_default();
+    let proto = Encoded::new(crate::openapi_v2_proto::encode(&doc));
+    cached.proto = Some(proto.clone());
+    proto
 }
 
 fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Response {
@@ -591,7 +693,25 @@ fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Response {
     cached_response(doc.bytes.clone(), &doc.etag, content_type, headers)
 }
 
-/// The `/openapi/v3` discovery document: one entry per group-version.
+/// The `/openapi/v3` group-version document of `group`/`version` with its hash (fixed per
+/// build without custom resources, else a digest of the content), cached until the custom
+/// resources of that group-version change; `None` when nothing is documented there.
+fn cached_group_version_doc(registry: &Registry, group: &str, version: &str) -> Option<CachedDoc> {
+    let key = format!("{group}/{version}");
+    let custom = custom_key(registry.in_group_version(group, version));
+    if let Some(doc) = DOCS.lock().get(&key).filter(|d| d.custom == custom) {
+        return Some(doc.clone());
+    }
+    let bytes =
+        bytes::Bytes::from(serde_json::to_vec(&group_version_doc(registry, group, version)?).unwrap_or_default());
+    let hash = if custom.is_empty() { HASH.to_string() } else { digest(&bytes) };
+    let doc = CachedDoc { custom, bytes, hash };
+    DOCS.lock().insert(key, doc.clone());
+    Some(doc)
+}
+
+/// The `/openapi/v3` discovery document: one entry per group-version, its URL carrying the
+/// document's hash (so clients' caches keyed by URL see custom resource changes).
 pub fn root(registry: &Registry) -> Value {
     let mut paths = Map::new();
     paths.insert("api/v1".into(), json!({"serverRelativeURL": format!("/openapi/v3/api/v1?hash={HASH}")}));
@@ -599,10 +719,18 @@ pub fn root(registry: &Registry) -> Value {
     let mut schemas = SchemaSettings::openapi3().into_generator();
     for (g, versions) in registry.groups() {
         for v in versions {
-            if registry.in_group_version(g, v).any(|d| kind_schema(&mut schemas, &d.api_version(), d.kind).is_some()) {
+            let defs: Vec<&ResourceDef> = registry.in_group_version(g, v).collect();
+            let hash = if defs.iter().any(|d| d.custom.is_some()) {
+                cached_group_version_doc(registry, g, v).map(|d| d.hash)
+            } else if defs.iter().any(|d| kind_schema(&mut schemas, &d.api_version(), d.kind).is_some()) {
+                Some(HASH.to_string())
+            } else {
+                None
+            };
+            if let Some(hash) = hash {
                 paths.insert(
                     format!("apis/{g}/{v}"),
-                    json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash={HASH}")}),
+                    json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash={hash}")}),
                 );
             }
         }
@@ -621,20 +749,8 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
         ["v3", "apis", g, v] => (*g, *v),
         _ => return not_found(),
     };
-    let key = format!("{group}/{version}");
-    let cached = DOCS.lock().get(&key).cloned();
-    let bytes = match cached {
-        Some(b) => b,
-        None => match group_version_doc(&state.registry, group, version) {
-            None => return not_found(),
-            Some(doc) => {
-                let b = bytes::Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
-                DOCS.lock().insert(key, b.clone());
-                b
-            }
-        },
-    };
-    let mut resp = cached_response(bytes, HASH, "application/json", headers);
+    let Some(doc) = cached_group_version_doc(&state.registry, group, version) else { return not_found() };
+    let mut resp = cached_response(doc.bytes, &doc.hash, "application/json", headers);
     // The root links to this document with ?hash=, so it may be cached for good.
     resp.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("public, immutable"));
     resp
@@ -821,6 +937,106 @@ mod tests {
         assert_ne!(json_resp.headers()[header::ETAG], etag);
         let served: Value = serde_json::from_slice(&body(json_resp)).unwrap();
         assert_eq!(served["swagger"], "2.0");
+    }
+
+    fn widget_crd(size_description: &str) -> Value {
+        json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "metadata": {"type": "object"},
+                        "spec": {"type": "object", "description": "What the widget should be.", "properties": {
+                            "size": {"type": "integer", "description": size_description},
+                            "port": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                            "note": {"type": "string", "nullable": true},
+                            "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                        }},
+                    },
+                }}}],
+            },
+        })
+    }
+
+    fn serve_widgets(registry: &Registry, crd: &Value) {
+        let cache = crate::watchcache::WatchCache::new("/registry/example.com/widgets/".into(), 4, 4);
+        registry.set_custom("widgets.example.com", crate::crd::defs_for(crd, &cache, "example.com/widgets"));
+    }
+
+    #[test]
+    fn custom_definition_names_reverse_the_group() {
+        assert_eq!(custom_definition_name("example.com", "v1", "Widget"), "com.example.v1.Widget");
+        assert_eq!(
+            custom_definition_name("stable.example.com", "v1beta1", "CronTab"),
+            "com.example.stable.v1beta1.CronTab"
+        );
+    }
+
+    #[test]
+    fn a_crd_schema_is_published_in_v3_with_object_meta_and_gvk() {
+        let registry = Registry::default();
+        assert!(group_version_doc(&registry, "example.com", "v1").is_none());
+        serve_widgets(&registry, &widget_crd("How many widgets."));
+        let doc = group_version_doc(&registry, "example.com", "v1").expect("a document for example.com/v1");
+        let schemas = &doc["components"]["schemas"];
+        let widget = &schemas["com.example.v1.Widget"];
+        assert_eq!(
+            widget["x-kubernetes-group-version-kind"],
+            json!([{"group": "example.com", "version": "v1", "kind": "Widget"}])
+        );
+        assert_eq!(widget["properties"]["spec"]["properties"]["size"]["description"], "How many widgets.");
+        assert_eq!(widget["properties"]["metadata"]["allOf"][0]["$ref"], format!("#/components/schemas/{OBJECT_META}"));
+        assert!(widget["properties"]["apiVersion"]["description"].is_string());
+        assert!(schemas[OBJECT_META]["properties"]["name"].is_object());
+        let patch = &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Widget");
+        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        let hash = root(&registry)["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
+        assert!(!hash.ends_with(HASH), "{hash}");
+
+        serve_widgets(&registry, &widget_crd("The number of widgets."));
+        let changed =
+            root(&registry)["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
+        assert_ne!(changed, hash, "a schema change changes the document's URL");
+        let cached = cached_group_version_doc(&registry, "example.com", "v1").unwrap();
+        assert!(String::from_utf8_lossy(&cached.bytes).contains("The number of widgets."));
+
+        registry.set_custom("widgets.example.com", Vec::new());
+        assert!(root(&registry)["paths"].get("apis/example.com/v1").is_none());
+        assert!(cached_group_version_doc(&registry, "example.com", "v1").is_none());
+    }
+
+    #[test]
+    fn a_crd_schema_is_converted_to_swagger_two_in_v2_and_the_cache_follows_crd_changes() {
+        let registry = Registry::default();
+        let before = serve_v2(&registry, &accept(V2_PROTOBUF)).headers()[header::ETAG].clone();
+        serve_widgets(&registry, &widget_crd("How many widgets."));
+        let doc = v2_doc(&registry);
+        let widget = &doc["definitions"]["com.example.v1.Widget"];
+        assert_eq!(widget["x-kubernetes-group-version-kind"][0]["kind"], "Widget");
+        assert_eq!(widget["properties"]["metadata"]["$ref"], format!("#/definitions/{OBJECT_META}"));
+        assert!(widget["properties"]["metadata"].get("allOf").is_none());
+        let spec = &widget["properties"]["spec"]["properties"];
+        assert_eq!(spec["size"], json!({"type": "integer", "description": "How many widgets."}));
+        assert_eq!(spec["port"], json!({"type": "string", "format": "int-or-string"}));
+        assert_eq!(spec["note"], json!({"type": "string"}));
+        assert_eq!(spec["tags"]["x-kubernetes-list-type"], "set");
+        assert!(doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets"]["post"].is_object());
+
+        // Served protobuf and JSON follow the CRD: built again after it changes or goes away.
+        let resp = serve_v2(&registry, &accept(V2_PROTOBUF));
+        assert_ne!(resp.headers()[header::ETAG], before);
+        let proto = crate::openapi_v2_proto::decode(&body(resp)).unwrap();
+        let defs = proto.definitions.unwrap().additional_properties;
+        assert!(defs.iter().any(|d| d.name == "com.example.v1.Widget"));
+        let json: Value = serde_json::from_slice(&body(serve_v2(&registry, &accept("application/json")))).unwrap();
+        assert!(json["definitions"]["com.example.v1.Widget"].is_object());
+        registry.set_custom("widgets.example.com", Vec::new());
+        let json: Value = serde_json::from_slice(&body(serve_v2(&registry, &accept("application/json")))).unwrap();
+        assert!(json["definitions"].get("com.example.v1.Widget").is_none());
+        let proto = crate::openapi_v2_proto::decode(&body(serve_v2(&registry, &accept(V2_PROTOBUF)))).unwrap();
+        assert!(!proto.definitions.unwrap().additional_properties.iter().any(|d| d.name == "com.example.v1.Widget"));
     }
 
     #[test]

@@ -154,6 +154,8 @@ struct CompactionStall {
     longest_background_wait: Duration,
     /// The longest `COMMIT` (WAL write + fsync) of a write batch during the phase.
     longest_commit: Duration,
+    /// Checkpoints the writer thread finished itself (the WAL reached 64 MiB) during the phase.
+    forced_checkpoints: u64,
 }
 
 /// Runs the benchmark and prints the figures.
@@ -374,8 +376,9 @@ fn print_summary(report: &Report) {
             verdict(extra <= Duration::from_millis(5) && extra_p99 <= Duration::from_millis(5)),
         );
         println!(
-            "    where a slow write's time went: longest wait behind a compaction/vacuum step {}, longest \
-             write COMMIT (WAL write + fsync) {}",
+            "    where a slow write's time went: longest wait behind a compaction/vacuum step or a checkpoint \
+             the writer had to finish ({} of them) {}, longest write COMMIT (WAL write + fsync) {}",
+            c.forced_checkpoints,
             fmt_duration(c.longest_background_wait),
             fmt_duration(c.longest_commit),
         );
@@ -541,6 +544,7 @@ async fn compaction_stall(
         longest_chunk: after.longest_compaction_chunk,
         longest_background_wait: after.longest_background_wait,
         longest_commit: after.longest_commit,
+        forced_checkpoints: after.forced_checkpoints - before.forced_checkpoints,
     })
 }
 

@@ -6,7 +6,9 @@
 //! from the create call to the first watch event showing the pod `Running`, for stateless pods
 //! whose image is already present (pulls excluded). A `skiff server` with its local node runs as
 //! a child process; `--pods` pods are created at once after one warm-up pod. Printed next to the
-//! SLO (p99 ≤ 5 s) and the target (p99 ≤ 2 s).
+//! SLO (p99 ≤ 5 s) and the target (p99 ≤ 2 s), with the CPU time spent per pod by the
+//! container runtime (containerd, its shims and what they ran: runc, CNI plugins) and by skiff
+//! (the whole server: API server, controllers, scheduler, kubelet), from `/proc/PID/stat`.
 //!
 //! Memory per simulated node is the resident-set growth of a `skiff server --disable-agent`
 //! process with `--simulated-nodes N` over the same server with none, measured in the same run,
@@ -216,6 +218,44 @@ async fn startup_latencies(client: &Client, prefix: &str, n: usize) -> anyhow::R
     Ok(out)
 }
 
+/// CPU seconds used so far: (the skiff server process, containerd plus its shims).
+/// containerd and the shims count with their reaped children (runc, CNI plugins); they are
+/// found by `data_dir` in their command lines.
+fn cpu_seconds(server_pid: u32, data_dir: &Path) -> (f64, f64) {
+    let ticks = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    // utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat.
+    let fields = |pid: &str| -> Option<(String, [u64; 4])> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let comm = stat.get(stat.find('(')? + 1..stat.rfind(')')?)?.to_string();
+        let rest: Vec<u64> =
+            stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(11).take(4).filter_map(|f| f.parse().ok()).collect();
+        Some((comm, rest.try_into().ok()?))
+    };
+    let needle = data_dir.to_string_lossy().into_owned();
+    let (mut server, mut runtime) = (0u64, 0u64);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Some((comm, [utime, stime, cutime, cstime])) = fields(&pid) else { continue };
+        if pid == server_pid.to_string() {
+            server += utime + stime;
+        } else if comm.starts_with("containerd") {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&needle) {
+                runtime += utime + stime + cutime + cstime;
+            }
+        }
+    }
+    (server as f64 / ticks, runtime as f64 / ticks)
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
@@ -253,7 +293,9 @@ async fn pod_startup(args: &PodStartupArgs, dir: &Path) -> anyhow::Result<()> {
     }
     // The first pod pays one-time costs (sandbox image unpack, cgroup setup): not measured.
     let warmup = startup_latencies(&client, "warmup", 1).await?;
+    let cpu_before = cpu_seconds(server.child.id(), &server.data_dir);
     let lat = startup_latencies(&client, "pod", args.pods).await?;
+    let cpu_after = cpu_seconds(server.child.id(), &server.data_dir);
     let (p50, p99) = (quantile(&lat, 0.5), quantile(&lat, 0.99));
     println!(
         "pod startup latency (create → Running seen by a watch), {} pods created at once, real containerd:",
@@ -267,6 +309,17 @@ async fn pod_startup(args: &PodStartupArgs, dir: &Path) -> anyhow::Result<()> {
         "  p99 / target 2 s = {:.2}; p99 / Kubernetes SLO 5 s = {:.2}",
         p99.as_secs_f64() / 2.0,
         p99.as_secs_f64() / 5.0
+    );
+    let per_pod = |before: f64, after: f64| (after - before) * 1000.0 / lat.len().max(1) as f64;
+    let (skiff_ms, runtime_ms) = (per_pod(cpu_before.0, cpu_after.0), per_pod(cpu_before.1, cpu_after.1));
+    println!("  CPU per pod      containerd+shims+runc+CNI {runtime_ms:.0} ms, skiff server {skiff_ms:.0} ms");
+    println!(
+        "  runtime floor    {} pods × {runtime_ms:.0} ms on {} CPUs ≥ {:.1} s of wall time",
+        lat.len(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        lat.len() as f64 * runtime_ms
+            / 1000.0
+            / std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let _ = pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("bench=podstartup")).await;

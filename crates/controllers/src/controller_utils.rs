@@ -274,10 +274,15 @@ pub fn pod_deletion_less(a: &Pod, ra: usize, b: &Pod, rb: usize, now: Timestamp)
 /// `getPodsToDelete`: the `diff` pods to delete first among `filtered`, ranking pods higher
 /// when more active pods in `related` (pods of the same owner's other ReplicaSets and this one)
 /// share their node.
-pub fn pods_to_delete(mut filtered: Vec<Pod>, related: &[Pod], diff: usize, now: Timestamp) -> Vec<Pod> {
+pub fn pods_to_delete<'a>(
+    mut filtered: Vec<Pod>,
+    related: impl IntoIterator<Item = &'a Pod>,
+    diff: usize,
+    now: Timestamp,
+) -> Vec<Pod> {
     if diff < filtered.len() {
         let mut on_node: HashMap<&str, usize> = HashMap::new();
-        for p in related.iter().filter(|p| is_pod_active(p)) {
+        for p in related.into_iter().filter(|p| is_pod_active(p)) {
             *on_node.entry(pod_node_name(p)).or_default() += 1;
         }
         filtered.sort_by_cached_key(|p| deletion_key(p, on_node.get(pod_node_name(p)).copied().unwrap_or(0), now));
@@ -420,7 +425,7 @@ mod tests {
         let all: Vec<Pod> = pods.iter().map(pod).collect();
         // Same-age buckets: ready 100000 s ago is one log2 bucket for all "long ready" pods,
         // so restarts and then creation time decide among them.
-        let order: Vec<String> = pods_to_delete(all.clone(), &[], all.len() - 1, now())
+        let order: Vec<String> = pods_to_delete(all.clone(), &[] as &[Pod], all.len() - 1, now())
             .iter()
             .map(|p| p.metadata.name.clone().unwrap())
             .collect();

@@ -9,7 +9,12 @@
 //!    by `--clients` concurrent clients (unscheduled, so nothing else reacts to them).
 //!
 //! Reconciles/s come from the controllers' `controller_reconcile_total` on the server's
-//! `/metrics`, scraped before and after each phase.
+//! `/metrics`, scraped before and after each phase. Two load-independent figures are printed
+//! per phase as well: the API writes per replica (successful `create`, `update`, `patch` and
+//! `delete` requests from `apiserver_request_total`, by resource) and the server process's CPU
+//! seconds (user + system from `/proc/PID/stat`) per 1,000 replicas. The server process hosts
+//! every component (API server, store, controllers, scheduler, simulated nodes), so its CPU
+//! time is the whole cluster's cost of the phase.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -73,6 +78,99 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
 /// Sum of `controller_reconcile_total` over every controller and result.
 async fn reconciles(client: &kube::Client) -> anyhow::Result<f64> {
     Ok(metric_sum(&scrape(client).await?, "controller_reconcile_total{"))
+}
+
+/// API writes by `verb resource[/subresource]` (refused ones as `... (code)`), from the server's
+/// `apiserver_request_total{verb,group,resource,subresource,code}` series.
+fn api_writes(metrics: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let Some((labels, value)) = line.rsplit_once(' ') else { continue };
+        let Ok(value) = value.parse::<f64>() else { continue };
+        let label = |name: &str| {
+            let pat = format!("{name}=\"");
+            labels.split_once(&pat).and_then(|(_, rest)| rest.split_once('"')).map(|(v, _)| v).unwrap_or_default()
+        };
+        // The API server labels verbs as Kubernetes does (`POST`, `PUT`, `PATCH`, `DELETE`, …).
+        let verb = match label("verb") {
+            "POST" | "create" => "create",
+            "PUT" | "update" => "update",
+            "PATCH" | "patch" => "patch",
+            "DELETE" | "delete" => "delete",
+            "DELETECOLLECTION" | "deletecollection" => "deletecollection",
+            _ => continue,
+        };
+        let sub = label("subresource");
+        let mut key = if sub.is_empty() {
+            format!("{verb} {}", label("resource"))
+        } else {
+            format!("{verb} {}/{sub}", label("resource"))
+        };
+        let code = label("code");
+        if !code.starts_with('2') {
+            // Refused writes are listed apart (and not counted as writes).
+            key = format!("{key} ({code})");
+        }
+        *out.entry(key).or_insert(0.0) += value;
+    }
+    out
+}
+
+/// CPU seconds (user + system) the process `pid` has used, from `/proc/PID/stat` (clock ticks of
+/// 1/100 s, Linux's fixed `USER_HZ`).
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name: state is the first, utime the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok((ticks(11) + ticks(12)) / 100.0)
+}
+
+/// What a phase cost the server: API writes by kind, CPU seconds, and the controllers'
+/// reconcile errors and resourceVersion conflicts.
+struct Cost {
+    writes: BTreeMap<String, f64>,
+    cpu: f64,
+    errors: f64,
+    conflicts: f64,
+}
+
+impl Cost {
+    async fn sample(client: &kube::Client, pid: u32) -> anyhow::Result<Cost> {
+        let text = scrape(client).await?;
+        Ok(Cost {
+            writes: api_writes(&text),
+            cpu: cpu_seconds(pid)?,
+            errors: metric_sum(&text, "controller_reconcile_errors_total{"),
+            conflicts: metric_sum(&text, "controller_resource_version_conflicts_total{"),
+        })
+    }
+
+    /// Prints the writes per replica (total and by kind) and CPU seconds per 1,000 replicas
+    /// between `self` and the later sample `after`.
+    fn report(&self, after: &Cost, replicas: i32, what: &str) {
+        let per = replicas.max(1) as f64;
+        let mut by_kind: Vec<(String, f64)> = after
+            .writes
+            .iter()
+            .map(|(k, v)| (k.clone(), v - self.writes.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, d)| *d > 0.0)
+            .collect();
+        by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let total: f64 = by_kind.iter().filter(|(k, _)| !k.ends_with(')')).map(|(_, d)| d).sum::<f64>() + 0.0;
+        let cpu = after.cpu - self.cpu;
+        println!(
+            "  {what}: {total:.0} API writes ({:.2} per replica), server CPU {cpu:.2} s ({:.2} s per 1,000 replicas), \
+             {:.0} reconcile errors ({:.0} conflicts)",
+            total / per,
+            cpu * 1000.0 / per,
+            after.errors - self.errors,
+            after.conflicts - self.conflicts
+        );
+        let detail: Vec<String> = by_kind.iter().map(|(k, d)| format!("{k} {d:.0}")).collect();
+        println!("    {}", detail.join(", "));
+    }
 }
 
 /// Polls the Deployment every 20 ms until `done` holds for it; returns the time since `from`
@@ -153,7 +251,9 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
     // 1. Scale-up from nothing.
     let api = Api::<Deployment>::namespaced(admin.clone(), "default");
     let replicas = args.replicas;
+    let pid = server.pid();
     let r0 = reconciles(&admin).await?;
+    let c0 = Cost::sample(&admin, pid).await?;
     let t0 = Instant::now();
     api.create(&PostParams::default(), &deployment("bench", replicas)).await?;
     let created = wait_for(&api, "bench", t0, timeout, "create", |d| {
@@ -161,6 +261,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
         s.available_replicas == Some(replicas) && s.observed_generation >= d.metadata.generation
     })
     .await?;
+    let c1 = Cost::sample(&admin, pid).await?;
     let r1 = reconciles(&admin).await?;
     println!(
         "create → {replicas} available: {:.2} s ({:.0} pods/s), {:.0} reconciles ({:.0}/s)",
@@ -169,6 +270,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
         r1 - r0,
         (r1 - r0) / created.as_secs_f64()
     );
+    c0.report(&c1, replicas, "create");
 
     // 2. Rolling update.
     let mut rollout = None;
@@ -186,6 +288,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
                 && s.replicas == Some(replicas)
         })
         .await?;
+        let c2 = Cost::sample(&admin, pid).await?;
         let r2 = reconciles(&admin).await?;
         println!(
             "rolling update of {replicas}: {:.2} s, {:.0} reconciles ({:.0}/s)",
@@ -193,6 +296,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
             r2 - r1,
             (r2 - r1) / took.as_secs_f64()
         );
+        c1.report(&c2, replicas, "rollout");
         rollout = Some(took);
     }
 

@@ -283,10 +283,15 @@ mod tests {
         let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig_path).unwrap();
         let cfg = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
         let client = kube::Client::try_from(cfg).unwrap();
-        // The node may manage Nodes (system:node) but not read Secrets cluster-wide... it may
-        // in skiff's simplified role; it may not list ClusterRoles.
+        // The Node authorizer lets the node read its own Node (not registered yet: 404), not
+        // list every Node; RBAC gives it no ClusterRoles.
         let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-        nodes.list(&Default::default()).await.unwrap();
+        assert!(nodes.get_opt("worker-1").await.unwrap().is_none());
+        let err = nodes.list(&Default::default()).await.unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 403 && s.message.contains("only its own Node")),
+            "{err:#}"
+        );
         let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(client);
         let err = roles.list(&Default::default()).await.unwrap_err();
         assert!(matches!(&err, kube::Error::Api(s) if s.code == 403), "{err:#}");

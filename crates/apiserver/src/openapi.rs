@@ -31,7 +31,7 @@
 //! Quantity is `type: string`, and `oneOf` (absent from Swagger 2.0) is dropped.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -58,8 +58,7 @@ static DOCS: LazyLock<Mutex<HashMap<String, CachedDoc>>> = LazyLock::new(Default
 #[derive(Clone)]
 struct CachedDoc {
     custom: Vec<usize>,
-    bytes: bytes::Bytes,
-    hash: String,
+    doc: Encoded,
 }
 
 /// The identities of the custom resource definitions in `defs` (each CRD change leaks new
@@ -597,9 +596,34 @@ fn negotiate_v2(headers: &HeaderMap) -> Option<V2Format> {
     best.map(|(_, f)| f)
 }
 
-/// A cached document as a response: 304 when the client has this version already.
-fn cached_response(bytes: bytes::Bytes, etag: &str, content_type: &'static str, headers: &HeaderMap) -> Response {
-    let etag = format!("\"{etag}\"");
+/// Responses larger than this are gzip-compressed for clients that accept it (kube-apiserver's
+/// threshold, 128 KiB).
+const GZIP_THRESHOLD: usize = 128 * 1024;
+
+/// True when `Accept-Encoding` lists `gzip` (or `*`) with a non-zero `q`.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    let Some(v) = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()) else { return false };
+    v.split(',').any(|clause| {
+        let mut parts = clause.split(';');
+        let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts.filter_map(|p| p.trim().strip_prefix("q=")).find_map(|q| q.trim().parse::<f32>().ok());
+        matches!(coding.as_str(), "gzip" | "*") && q.unwrap_or(1.0) > 0.0
+    })
+}
+
+/// `bytes` gzip-compressed (fastest level, as kube-apiserver compresses responses).
+fn gzip(bytes: &[u8]) -> bytes::Bytes {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(bytes.len() / 8), flate2::Compression::fast());
+    // Writing to a Vec cannot fail.
+    let _ = enc.write_all(bytes);
+    enc.finish().unwrap_or_default().into()
+}
+
+/// A cached document as a response: 304 when the client has this version already; a large one
+/// gzip-compressed (once per document) when the client accepts gzip.
+fn cached_response(doc: &Encoded, content_type: &'static str, headers: &HeaderMap) -> Response {
+    let etag = format!("\"{}\"", doc.etag);
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -607,11 +631,18 @@ fn cached_response(bytes: bytes::Bytes, etag: &str, content_type: &'static str, 
     let builder = Response::builder()
         .header(header::ETAG, &etag)
         .header(header::CACHE_CONTROL, "no-cache, private")
-        .header(header::VARY, "Accept");
+        .header(header::VARY, "Accept, Accept-Encoding");
     let resp = if fresh {
         builder.status(StatusCode::NOT_MODIFIED).body(Body::empty())
+    } else if doc.bytes.len() > GZIP_THRESHOLD && accepts_gzip(headers) {
+        let body = doc.gzip.get_or_init(|| gzip(&doc.bytes)).clone();
+        builder
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::CONTENT_ENCODING, "gzip")
+            .body(Body::from(body))
     } else {
-        builder.status(StatusCode::OK).header(header::CONTENT_TYPE, content_type).body(Body::from(bytes))
+        builder.status(StatusCode::OK).header(header::CONTENT_TYPE, content_type).body(Body::from(doc.bytes.clone()))
     };
     resp.unwrap_or_default()
 }
@@ -624,17 +655,23 @@ fn digest(bytes: &[u8]) -> String {
     format!("{:016X}", h.finish())
 }
 
-/// One encoded document and its ETag.
+/// One encoded document, its ETag and (once asked for) its gzip-compressed form.
 #[derive(Clone)]
 struct Encoded {
     bytes: bytes::Bytes,
     etag: String,
+    gzip: Arc<OnceLock<bytes::Bytes>>,
 }
 
 impl Encoded {
+    /// A document whose ETag is a digest of its bytes.
     fn new(bytes: Vec<u8>) -> Encoded {
         let etag = digest(&bytes);
-        Encoded { bytes: bytes.into(), etag }
+        Encoded::with_etag(bytes.into(), etag)
+    }
+
+    fn with_etag(bytes: bytes::Bytes, etag: String) -> Encoded {
+        Encoded { bytes, etag, gzip: Arc::default() }
     }
 }
 
@@ -690,7 +727,7 @@ fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Response {
             )));
         }
     };
-    cached_response(doc.bytes.clone(), &doc.etag, content_type, headers)
+    cached_response(&doc, content_type, headers)
 }
 
 /// The `/openapi/v3` group-version document of `group`/`version` with its hash (fixed per
@@ -705,7 +742,7 @@ fn cached_group_version_doc(registry: &Registry, group: &str, version: &str) -> 
     let bytes =
         bytes::Bytes::from(serde_json::to_vec(&group_version_doc(registry, group, version)?).unwrap_or_default());
     let hash = if custom.is_empty() { HASH.to_string() } else { digest(&bytes) };
-    let doc = CachedDoc { custom, bytes, hash };
+    let doc = CachedDoc { custom, doc: Encoded::with_etag(bytes, hash) };
     DOCS.lock().insert(key, doc.clone());
     Some(doc)
 }
@@ -721,7 +758,7 @@ pub fn root(registry: &Registry) -> Value {
         for v in versions {
             let defs: Vec<&ResourceDef> = registry.in_group_version(g, v).collect();
             let hash = if defs.iter().any(|d| d.custom.is_some()) {
-                cached_group_version_doc(registry, g, v).map(|d| d.hash)
+                cached_group_version_doc(registry, g, v).map(|d| d.doc.etag)
             } else if defs.iter().any(|d| kind_schema(&mut schemas, &d.api_version(), d.kind).is_some()) {
                 Some(HASH.to_string())
             } else {
@@ -750,7 +787,7 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
         _ => return not_found(),
     };
     let Some(doc) = cached_group_version_doc(&state.registry, group, version) else { return not_found() };
-    let mut resp = cached_response(doc.bytes, &doc.hash, "application/json", headers);
+    let mut resp = cached_response(&doc.doc, "application/json", headers);
     // The root links to this document with ?hash=, so it may be cached for good.
     resp.headers_mut().insert(header::CACHE_CONTROL, axum::http::HeaderValue::from_static("public, immutable"));
     resp
@@ -1000,7 +1037,7 @@ mod tests {
             root(&registry)["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
         assert_ne!(changed, hash, "a schema change changes the document's URL");
         let cached = cached_group_version_doc(&registry, "example.com", "v1").unwrap();
-        assert!(String::from_utf8_lossy(&cached.bytes).contains("The number of widgets."));
+        assert!(String::from_utf8_lossy(&cached.doc.bytes).contains("The number of widgets."));
 
         registry.set_custom("widgets.example.com", Vec::new());
         assert!(root(&registry)["paths"].get("apis/example.com/v1").is_none());
@@ -1040,17 +1077,48 @@ mod tests {
     }
 
     #[test]
+    fn large_documents_are_gzipped_for_clients_that_accept_gzip() {
+        use std::io::Read;
+        assert!(accepts_gzip(
+            &[(header::ACCEPT_ENCODING, "gzip")].into_iter().map(|(k, v)| (k, v.parse().unwrap())).collect()
+        ));
+        let with = |enc: &str| {
+            let mut h = accept("application/json");
+            h.insert(header::ACCEPT_ENCODING, enc.parse().unwrap());
+            h
+        };
+        assert!(accepts_gzip(&with("deflate, gzip;q=0.5")));
+        assert!(!accepts_gzip(&with("gzip;q=0, br")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+
+        let registry = Registry::default();
+        let plain = body(serve_v2(&registry, &accept("application/json")));
+        assert!(plain.len() > GZIP_THRESHOLD);
+        let resp = serve_v2(&registry, &with("gzip"));
+        assert_eq!(resp.headers()[header::CONTENT_ENCODING], "gzip");
+        assert!(resp.headers()[header::VARY].to_str().unwrap().contains("Accept-Encoding"));
+        let compressed = body(resp);
+        assert!(compressed.len() < plain.len() / 2, "{} of {} bytes", compressed.len(), plain.len());
+        let mut inflated = Vec::new();
+        flate2::read::GzDecoder::new(&compressed[..]).read_to_end(&mut inflated).unwrap();
+        assert_eq!(inflated, plain);
+        // A small document is sent as is.
+        let doc = Encoded::with_etag(bytes::Bytes::from_static(b"{}"), "abc".into());
+        assert!(
+            cached_response(&doc, "application/json", &with("gzip")).headers().get(header::CONTENT_ENCODING).is_none()
+        );
+    }
+
+    #[test]
     fn other_media_types_for_v2_are_not_acceptable_and_etag_revalidates() {
         let resp = serve_v2(&Registry::default(), &accept("application/yaml"));
         assert_eq!(resp.status(), StatusCode::NOT_ACCEPTABLE);
-        let first = cached_response(bytes::Bytes::from_static(b"{}"), "abc", "application/json", &HeaderMap::new());
+        let doc = Encoded::with_etag(bytes::Bytes::from_static(b"{}"), "abc".into());
+        let first = cached_response(&doc, "application/json", &HeaderMap::new());
         assert_eq!(first.status(), StatusCode::OK);
         let etag = first.headers()[header::ETAG].clone();
         let mut again = HeaderMap::new();
         again.insert(header::IF_NONE_MATCH, etag);
-        assert_eq!(
-            cached_response(bytes::Bytes::from_static(b"{}"), "abc", "application/json", &again).status(),
-            StatusCode::NOT_MODIFIED
-        );
+        assert_eq!(cached_response(&doc, "application/json", &again).status(), StatusCode::NOT_MODIFIED);
     }
 }

@@ -708,7 +708,8 @@ pub fn encode(doc: &Value) -> Vec<u8> {
     document(doc).encode_to_vec()
 }
 
-/// Decodes a served document (for tests and tools).
+/// Decodes a served document (for tests).
+#[cfg(test)]
 pub fn decode(bytes: &[u8]) -> Result<Document, prost::DecodeError> {
     Document::decode(bytes)
 }

@@ -47,8 +47,15 @@ async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
 }
 
 /// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).
+///
+/// Its Prometheus metrics (`scheduler_schedule_attempts_total`, `scheduler_pending_pods`, ...)
+/// are served on the API server's `/metrics`.
 async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
-    skiff_scheduler::scheduler::run_scheduler(ctx.client, skiff_scheduler::config::SchedulerConfig::default()).await
+    let metrics = skiff_scheduler::framework::metrics::SchedulerMetrics::default();
+    // The registry lock is released at the end of this statement, before the scheduler runs.
+    metrics.register(&mut ctx.metrics.lock());
+    let config = skiff_scheduler::config::SchedulerConfig::default();
+    skiff_scheduler::scheduler::run_scheduler_with_metrics(ctx.client, config, metrics).await
 }
 
 /// kube-controller-manager's node lifecycle controller: NotReady/Unknown, taints, eviction.

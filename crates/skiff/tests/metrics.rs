@@ -1,5 +1,6 @@
 //! One scrape of the API server's `/metrics` shows the whole control plane: the API server's
-//! request metrics next to the controller manager's reconcile and workqueue metrics.
+//! request metrics next to the controller manager's reconcile and workqueue metrics and the
+//! scheduler's attempt, queue and extension point metrics.
 
 mod common;
 
@@ -21,7 +22,9 @@ fn metrics_show_controller_reconciles_after_a_deployment_is_created() {
         let text = server.ok(&["get", "--raw", "/metrics"]);
         let deployment = sample(&text, r#"controller_reconcile_total{controller="deployment",result="success"}"#);
         let replicaset = sample(&text, r#"controller_reconcile_total{controller="replicaset",result="success"}"#);
-        if deployment.unwrap_or(0.0) >= 1.0 && replicaset.unwrap_or(0.0) >= 1.0 {
+        // The deployment's pods get a scheduling attempt (scheduled, or unschedulable without a node).
+        let attempted = text.lines().any(|l| l.starts_with("scheduler_schedule_attempts_total{"));
+        if deployment.unwrap_or(0.0) >= 1.0 && replicaset.unwrap_or(0.0) >= 1.0 && attempted {
             break text;
         }
         assert!(Instant::now() < deadline, "no controller reconciles on /metrics:\n{text}");
@@ -36,6 +39,9 @@ fn metrics_show_controller_reconciles_after_a_deployment_is_created() {
         r#"workqueue_retries_total{name="replicaset"}"#,
         r#"workqueue_work_duration_seconds_count{name="deployment"}"#,
         r#"workqueue_queue_duration_seconds_count{name="replicaset"}"#,
+        r#"scheduler_pending_pods{queue="active"}"#,
+        r#"scheduler_pending_pods{queue="gated"}"#,
+        r#"scheduler_preemption_attempts_total"#,
     ] {
         assert!(sample(&text, series).is_some(), "{series} missing from /metrics:\n{text}");
     }
@@ -43,6 +49,7 @@ fn metrics_show_controller_reconciles_after_a_deployment_is_created() {
         sample(&text, r#"workqueue_adds_total{name="deployment"}"#).unwrap_or(0.0) >= 1.0,
         "the deployment queue saw no adds:\n{text}"
     );
+    assert!(text.contains("scheduler_scheduling_attempt_duration_seconds_count{"), "{text}");
     // The API server's own families are in the same exposition.
     assert!(text.contains(r#"apiserver_request_total{verb="POST",group="apps",resource="deployments""#), "{text}");
 }

@@ -818,6 +818,30 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_step_stops_after_one_row_when_a_write_is_queued() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let mut w = bare_writer(&path);
+        // A create at revision 2 (an empty store is at 1), then 19 updates, each superseding
+        // the row before.
+        let mut ops = vec![put("/a", "0")];
+        for i in 1..20 {
+            ops.push(upd("/a", &i.to_string(), i + 1));
+        }
+        w.commit_batch(batch(ops).0);
+        assert_eq!(w.current(), 21);
+        w.start_compaction(21).expect("compact");
+        w.shared.queued_writes.store(1, Ordering::SeqCst);
+        w.compact_chunk(1024).expect("chunk");
+        assert_eq!(w.compact_cursor, 2, "a waiting write ends the step after its first row");
+        w.shared.queued_writes.store(0, Ordering::SeqCst);
+        while w.compact_cursor < w.compacted {
+            w.compact_chunk(1024).expect("chunk");
+        }
+        assert_eq!(count_rows(&path), 1, "only the live value at the compacted revision is left");
+    }
+
+    #[test]
     fn compaction_of_a_trailing_delete_keeps_the_revision() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("db");

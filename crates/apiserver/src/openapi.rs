@@ -247,6 +247,14 @@ pub fn group_version_doc(registry: &Registry, group: &str, version: &str) -> Opt
             "application/strategic-merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
             "application/apply-patch+yaml": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
         }, "required": true});
+        // Custom resources take no strategic merge patch; kubectl's apply picks its patch type
+        // from this list.
+        let mut patch_body = patch_body;
+        if def.custom.is_some()
+            && let Some(Value::Object(content)) = patch_body.get_mut("content")
+        {
+            content.remove("application/strategic-merge-patch+json");
+        }
         let mut patch_params = write_params();
         patch_params.push(query_param("force", "Force is going to \"force\" Apply requests."));
         paths.insert(
@@ -443,7 +451,9 @@ fn v2_operation(
     let mut op = json!({
         "description": format!("{verb} the specified {}", def.kind),
         "operationId": format!("{verb}{}", def.kind),
-        "consumes": if action == "patch" {
+        "consumes": if action == "patch" && def.custom.is_some() {
+            json!(["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"])
+        } else if action == "patch" {
             json!(["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml"])
         } else {
             json!(["*/*"])
@@ -1029,6 +1039,9 @@ mod tests {
         let patch = &doc["paths"]["/apis/example.com/v1/namespaces/{namespace}/widgets/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Widget");
         assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
+        let content = patch["requestBody"]["content"].as_object().unwrap();
+        assert!(content.contains_key("application/merge-patch+json"));
+        assert!(!content.contains_key("application/strategic-merge-patch+json"), "no strategic merge patch for CRs");
         let hash = root(&registry)["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
         assert!(!hash.ends_with(HASH), "{hash}");
 

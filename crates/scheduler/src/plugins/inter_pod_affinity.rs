@@ -435,7 +435,11 @@ mod tests {
     fn required_affinity_needs_a_matching_pod_in_the_same_domain() {
         let db = make_pod("db").label("app", "db").node("a2").obj();
         let un = Some((Code::UnschedulableAndUnresolvable, ERR_REASON_AFFINITY));
-        check(make_pod("web").pod_affinity(ZONE, &[("app", "db")]).obj(), &[db.clone()], &[None, None, un, un]);
+        check(
+            make_pod("web").pod_affinity(ZONE, &[("app", "db")]).obj(),
+            std::slice::from_ref(&db),
+            &[None, None, un, un],
+        );
         check(make_pod("web").pod_affinity(HOST, &[("app", "db")]).obj(), &[db], &[un, None, un, un]);
     }
 
@@ -454,7 +458,11 @@ mod tests {
     fn required_anti_affinity_avoids_domains_with_matching_pods() {
         let web = make_pod("web1").label("app", "web").node("a1").obj();
         let un = Some((Code::Unschedulable, ERR_REASON_ANTI_AFFINITY));
-        check(make_pod("w2").pod_anti_affinity(ZONE, &[("app", "web")]).obj(), &[web.clone()], &[un, un, None, None]);
+        check(
+            make_pod("w2").pod_anti_affinity(ZONE, &[("app", "web")]).obj(),
+            std::slice::from_ref(&web),
+            &[un, un, None, None],
+        );
         check(make_pod("w2").pod_anti_affinity(HOST, &[("app", "web")]).obj(), &[web], &[un, None, None, None]);
     }
 
@@ -462,7 +470,7 @@ mod tests {
     fn existing_pods_anti_affinity_is_respected() {
         let loner = make_pod("loner").pod_anti_affinity(ZONE, &[("app", "web")]).node("b1").obj();
         let un = Some((Code::Unschedulable, ERR_REASON_EXISTING_ANTI_AFFINITY));
-        check(make_pod("w").label("app", "web").obj(), &[loner.clone()], &[None, None, un, None]);
+        check(make_pod("w").label("app", "web").obj(), std::slice::from_ref(&loner), &[None, None, un, None]);
         check(make_pod("w").label("app", "db").obj(), &[loner], &[None, None, None, None]);
     }
 

@@ -55,7 +55,11 @@ async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
     // The registry lock is released at the end of this statement, before the scheduler runs.
     metrics.register(&mut ctx.metrics.lock());
     let config = skiff_scheduler::config::SchedulerConfig::default();
-    skiff_scheduler::scheduler::run_scheduler_with_metrics(ctx.client, config, metrics).await
+    let mut stop = ctx.shutdown.clone();
+    tokio::select! {
+        r = skiff_scheduler::scheduler::run_scheduler_with_metrics(ctx.client, config, metrics) => r,
+        _ = stop.wait_for(|s| *s) => Ok(()),
+    }
 }
 
 /// kube-controller-manager's node lifecycle controller: NotReady/Unknown, taints, eviction.
@@ -64,8 +68,11 @@ async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
         node_monitor_grace_period: ctx.args.node_monitor_grace_period,
         ..Default::default()
     };
-    skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg).await?;
-    Ok(())
+    let mut stop = ctx.shutdown.clone();
+    tokio::select! {
+        r = skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg) => r.map_err(Into::into),
+        _ = stop.wait_for(|s| *s) => Ok(()),
+    }
 }
 
 /// kube-controller-manager's node IPAM controller (`--allocate-node-cidrs`): a /24 of
@@ -102,6 +109,9 @@ async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
 /// `--simulated-nodes N`: KWOK-style nodes whose pods run without containers.
 async fn simulated_nodes(ctx: ComponentContext) -> anyhow::Result<()> {
     let cfg = skiff_kubelet::SimulatedNodesConfig { count: ctx.args.simulated_nodes as usize, ..Default::default() };
-    skiff_kubelet::run_simulated_nodes(ctx.client, cfg).await?;
-    Ok(())
+    let mut stop = ctx.shutdown.clone();
+    tokio::select! {
+        r = skiff_kubelet::run_simulated_nodes(ctx.client, cfg) => r.map_err(Into::into),
+        _ = stop.wait_for(|s| *s) => Ok(()),
+    }
 }

@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         match cli.command {
             Command::Server(args) => server::run(args).await,
             Command::Agent(args) => agent::run(args).await,
@@ -69,5 +69,9 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         }
-    })
+    });
+    // Every acknowledged write is durable by now and the store is closed; blocking tasks still
+    // parked (a watch's reader, a DNS lookup) must not hold the exit for seconds.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
 }

@@ -353,24 +353,6 @@ impl ChainAdmission {
         &self.webhooks
     }
 
-    fn request(attrs: &Attributes<'_>, user: &crate::auth::RequestUser, obj: Option<&Value>) -> AdmissionRequest {
-        let op = match attrs.operation {
-            Operation::Create => authadm::Operation::Create,
-            Operation::Update => authadm::Operation::Update,
-            Operation::Delete => authadm::Operation::Delete,
-        };
-        let d = attrs.def;
-        let mut req = AdmissionRequest::new(op, d.group, d.version, d.resource, d.kind);
-        req.namespace = attrs.namespace.to_string();
-        req.name = attrs.name.to_string();
-        req.sub_resource = attrs.subresource.unwrap_or_default().to_string();
-        req.object = obj.cloned();
-        req.old_object = attrs.old.cloned();
-        req.user = UserInfo::new(user.name.clone(), user.groups.iter().cloned());
-        req.dry_run = attrs.dry_run;
-        req
-    }
-
     /// Store reads for what the mutating plugins look up, so a cache lag is not a rejection.
     async fn prime(&self, attrs: &Attributes<'_>, obj: &Value) {
         let Some(state) = self.slot.get() else { return };
@@ -482,7 +464,7 @@ impl Admission for ChainAdmission {
         let Some(user) = attrs.user.filter(|_| !self.empty) else { return Ok(()) };
         self.prime(attrs, obj).await;
         // The request owns the object while the plugins mutate it (moved, not copied).
-        let mut req = Self::request(attrs, user, None);
+        let mut req = admission_request(attrs, user, None);
         req.object = Some(std::mem::take(obj));
         let result = self.chain.mutate(&mut req).await;
         if let Some(o) = req.object {
@@ -500,7 +482,7 @@ impl Admission for ChainAdmission {
     ) -> Result<(), ApiError> {
         let Some(user) = attrs.user.filter(|_| !self.empty) else { return Ok(()) };
         let object = if attrs.operation == Operation::Delete { None } else { Some(obj) };
-        let req = Self::request(attrs, user, object);
+        let req = admission_request(attrs, user, object);
         warnings.extend(self.chain.validate(&req).await?.warnings);
         self.charge_quotas(&req).await
     }
@@ -778,6 +760,30 @@ pub async fn bootstrap(state: &AppState) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// skiff-auth's view of one admission call: the request as its plugins (and NodeRestriction)
+/// read it, with copies of the object and the old object.
+pub(crate) fn admission_request(
+    attrs: &Attributes<'_>,
+    user: &crate::auth::RequestUser,
+    obj: Option<&Value>,
+) -> AdmissionRequest {
+    let op = match attrs.operation {
+        Operation::Create => authadm::Operation::Create,
+        Operation::Update => authadm::Operation::Update,
+        Operation::Delete => authadm::Operation::Delete,
+    };
+    let d = attrs.def;
+    let mut req = AdmissionRequest::new(op, d.group, d.version, d.resource, d.kind);
+    req.namespace = attrs.namespace.to_string();
+    req.name = attrs.name.to_string();
+    req.sub_resource = attrs.subresource.unwrap_or_default().to_string();
+    req.object = obj.cloned();
+    req.old_object = attrs.old.cloned();
+    req.user = UserInfo::new(user.name.clone(), user.groups.iter().cloned());
+    req.dry_run = attrs.dry_run;
+    req
 }
 
 #[cfg(test)]

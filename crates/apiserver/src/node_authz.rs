@@ -14,7 +14,6 @@ use async_trait::async_trait;
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
 use skiff_auth::UserInfo;
-use skiff_auth::admission::{self as authadm, AdmissionRequest};
 use skiff_auth::node::authorizer::NodeAuthorizer;
 use skiff_auth::node::graph::NodeGraph;
 use skiff_auth::node::restriction::NodeRestriction;
@@ -22,7 +21,7 @@ use skiff_auth::rbac;
 
 use crate::admission::{Admission, Attributes as AdmissionAttributes, Operation};
 use crate::auth::{Attributes, Authorizer, RequestUser};
-use crate::watchcache::{CacheMsg, EventKind, Recv};
+use crate::watchcache::EventKind;
 
 /// The admission plugin's name (kube-apiserver's `--enable-admission-plugins` name).
 pub const NODE_RESTRICTION: &str = "NodeRestriction";
@@ -86,21 +85,7 @@ impl NodeRestrictionAdmission {
         if !user.groups.iter().any(|g| g == skiff_auth::user::NODES_GROUP) {
             return Ok(());
         }
-        let op = match attrs.operation {
-            Operation::Create => authadm::Operation::Create,
-            Operation::Update => authadm::Operation::Update,
-            Operation::Delete => authadm::Operation::Delete,
-        };
-        let d = attrs.def;
-        let mut req = AdmissionRequest::new(op, d.group, d.version, d.resource, d.kind);
-        req.namespace = attrs.namespace.to_string();
-        req.name = attrs.name.to_string();
-        req.sub_resource = attrs.subresource.unwrap_or_default().to_string();
-        req.object = obj.cloned();
-        req.old_object = attrs.old.cloned();
-        req.user = UserInfo::new(user.name.clone(), user.groups.iter().cloned());
-        req.dry_run = attrs.dry_run;
-        self.plugin.check(&req)
+        self.plugin.check(&crate::admission_chain::admission_request(attrs, user, obj))
     }
 }
 
@@ -143,15 +128,19 @@ impl Admission for NodeRestrictionAdmission {
 
 /// Installs the Node authorizer in front of `config.authorizer` when `node_authorizer` is set,
 /// and NodeRestriction in front of `config.admission` when `node_restriction` is set and
-/// admission is configured. Returns the graph both read (to be fed by [`feed`]), or `None` when
-/// neither is installed.
-pub fn install(config: &mut crate::Config, node_authorizer: bool, node_restriction: bool) -> Option<Arc<NodeGraph>> {
+/// admission is configured, both reading `graph` (the one the access reviews' authorizer reads
+/// too). Returns the graph (to be fed by [`feed`]), or `None` when neither is installed.
+pub fn install(
+    config: &mut crate::Config,
+    graph: Arc<NodeGraph>,
+    node_authorizer: bool,
+    node_restriction: bool,
+) -> Option<Arc<NodeGraph>> {
     let node_restriction = node_restriction && config.admission.is_some();
     let node_authorizer = node_authorizer && config.authorizer.is_some();
     if !node_authorizer && !node_restriction {
         return None;
     }
-    let graph = Arc::new(NodeGraph::new());
     if node_authorizer && let Some(next) = config.authorizer.take() {
         let node = Arc::new(NodeAuthorizer::new(graph.clone()));
         config.authorizer = Some(Arc::new(NodeAdapter { node, next }));
@@ -187,9 +176,9 @@ pub async fn feed(graph: Arc<NodeGraph>, state: Arc<crate::AppState>) {
             pod_snap.objects.iter().map(|o| o.as_ref()),
             pv_snap.iter().flat_map(|s| s.objects.iter().map(|o| o.as_ref())),
         );
-        let mut pumps = vec![tokio::spawn(pump(pod_snap.subscription, true, tx.clone()))];
+        let mut pumps = vec![tokio::spawn(pod_snap.subscription.forward_events(true, tx.clone()))];
         if let Some(s) = pv_snap {
-            pumps.push(tokio::spawn(pump(s.subscription, false, tx.clone())));
+            pumps.push(tokio::spawn(s.subscription.forward_events(false, tx.clone())));
         }
         drop(tx);
         let mut reload = false;
@@ -213,28 +202,6 @@ pub async fn feed(graph: Arc<NodeGraph>, state: Arc<crate::AppState>) {
         }
         if !reload {
             return;
-        }
-    }
-}
-
-async fn pump(
-    mut sub: crate::watchcache::Subscription,
-    is_pod: bool,
-    tx: tokio::sync::mpsc::Sender<Option<(bool, EventKind, Arc<Value>)>>,
-) {
-    loop {
-        match sub.recv().await {
-            Recv::Msg(CacheMsg::Event(e)) => {
-                if tx.send(Some((is_pod, e.kind, e.object.clone()))).await.is_err() {
-                    return;
-                }
-            }
-            Recv::Msg(CacheMsg::Progress(_)) => {}
-            Recv::Msg(CacheMsg::Reset) | Recv::Lagged => {
-                let _ = tx.send(None).await;
-                return;
-            }
-            Recv::Closed => return,
         }
     }
 }

@@ -414,6 +414,23 @@ impl Objects {
     /// A store write (`op` for the metrics). A namespace write is recorded for
     /// [`NamespaceLifecycle`]: in flight until its revision is known, run in its own task so
     /// that it is recorded even when the request is cancelled.
+    /// Deletes `key` if its mod revision is still `old_rev` (through [`Self::write`]); returns
+    /// the delete's revision and the removed value.
+    async fn delete_at(
+        &self,
+        def: &ResourceDef,
+        key: String,
+        old_rev: Revision,
+    ) -> skiff_store::Result<(Revision, skiff_store::KeyValue)> {
+        self.write(
+            "delete",
+            def,
+            move |store| Box::pin(async move { store.delete(&key, Some(old_rev)).await }),
+            |(r, _)| *r,
+        )
+        .await
+    }
+
     async fn write<T: Send + 'static>(
         &self,
         op: &str,
@@ -707,15 +724,7 @@ impl Objects {
                     return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
                 }
                 let key = def.key(ns, name);
-                match self
-                    .write(
-                        "delete",
-                        def,
-                        move |store| Box::pin(async move { store.delete(&key, Some(old_rev)).await }),
-                        |(r, _)| *r,
-                    )
-                    .await
-                {
+                match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
                         set_resource_version(&mut new, rev);
                         return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
@@ -849,15 +858,7 @@ impl Objects {
                 if opts.dry_run {
                     return Ok(Deleted { object: convert::to_external(def, old), removed: true });
                 }
-                match self
-                    .write(
-                        "delete",
-                        def,
-                        move |store| Box::pin(async move { store.delete(&key, Some(old_rev)).await }),
-                        |(r, _)| *r,
-                    )
-                    .await
-                {
+                match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
                         let mut last = old;
                         set_resource_version(&mut last, rev);

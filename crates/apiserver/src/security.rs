@@ -189,7 +189,21 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
         }
     };
     let always_allow = config.security.authorization_mode == AuthorizationMode::AlwaysAllow;
-    let authorizer: Arc<dyn rbac::Authorizer> = if always_allow { Arc::new(rbac::AlwaysAllow) } else { rbac.clone() };
+    let node_mode = config.security.authorization_mode == AuthorizationMode::NodeRbac;
+    // One pod→node graph for the Node authorizer and NodeRestriction (fed in `start`).
+    let graph = Arc::new(skiff_auth::node::graph::NodeGraph::new());
+    // What impersonation checks and access reviews ask: the whole `--authorization-mode`, so
+    // `kubectl auth can-i` as a node answers as the Node authorizer decides.
+    let authorizer: Arc<dyn rbac::Authorizer> = if always_allow {
+        Arc::new(rbac::AlwaysAllow)
+    } else if node_mode {
+        Arc::new(skiff_auth::node::authorizer::Union {
+            first: Arc::new(skiff_auth::node::authorizer::NodeAuthorizer::new(graph.clone())),
+            second: rbac.clone(),
+        })
+    } else {
+        rbac.clone()
+    };
     config.authenticator = Some(Arc::new(ImpersonatingAuthenticator { inner, authorizer: authorizer.clone() }));
     config.authorizer = Some(if always_allow {
         Arc::new(crate::auth::AlwaysAllow)
@@ -210,7 +224,8 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
     // Node authorization and NodeRestriction wrap what is configured above.
     let node = crate::node_authz::install(
         config,
-        config.security.authorization_mode == AuthorizationMode::NodeRbac,
+        graph,
+        node_mode,
         config.security.enabled_admission_plugins.contains(crate::node_authz::NODE_RESTRICTION),
     );
     Ok(Installed { rbac, slot, admission, node })
@@ -330,26 +345,7 @@ pub async fn feed(rbac: Arc<RbacAuthorizer>, caches: HashMap<String, Arc<WatchCa
         for (cache, kind) in &caches {
             let snap = cache.snapshot(cache.prefix());
             objects.extend(snap.objects.iter().map(|o| (*kind, o.clone())));
-            let mut sub = snap.subscription;
-            let tx = tx.clone();
-            let kind = *kind;
-            pumps.push(tokio::spawn(async move {
-                loop {
-                    match sub.recv().await {
-                        Recv::Msg(CacheMsg::Event(e)) => {
-                            if tx.send(Some((kind, e.kind, e.object.clone()))).await.is_err() {
-                                return;
-                            }
-                        }
-                        Recv::Msg(CacheMsg::Progress(_)) => {}
-                        Recv::Msg(CacheMsg::Reset) | Recv::Lagged => {
-                            let _ = tx.send(None).await;
-                            return;
-                        }
-                        Recv::Closed => return,
-                    }
-                }
-            }));
+            pumps.push(tokio::spawn(snap.subscription.forward_events(*kind, tx.clone())));
         }
         drop(tx);
         // `replace` dispatches on `kind`, which stored objects may lack: tag them.

@@ -107,6 +107,33 @@ impl Subscription {
             Err(broadcast::error::RecvError::Closed) => Recv::Closed,
         }
     }
+
+    /// Forwards every change to `tx` as `Some((tag, kind, object))`, for a consumer that merges
+    /// several caches' events into one channel (the RBAC snapshot, the Node authorizer's graph).
+    /// Sends `None` and stops when the subscription lags or the cache resets: the consumer must
+    /// reload from fresh snapshots. Stops when the cache closes or the receiver is dropped;
+    /// progress messages are skipped.
+    pub async fn forward_events<T: Copy>(
+        mut self,
+        tag: T,
+        tx: tokio::sync::mpsc::Sender<Option<(T, EventKind, Arc<Value>)>>,
+    ) {
+        loop {
+            match self.recv().await {
+                Recv::Msg(CacheMsg::Event(e)) => {
+                    if tx.send(Some((tag, e.kind, e.object.clone()))).await.is_err() {
+                        return;
+                    }
+                }
+                Recv::Msg(CacheMsg::Progress(_)) => {}
+                Recv::Msg(CacheMsg::Reset) | Recv::Lagged => {
+                    let _ = tx.send(None).await;
+                    return;
+                }
+                Recv::Closed => return,
+            }
+        }
+    }
 }
 
 struct Inner {

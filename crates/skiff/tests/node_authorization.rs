@@ -154,6 +154,12 @@ fn a_node_reads_only_what_its_pods_use_and_writes_only_its_own_node() {
     );
     assert!(!as_node(&a, &["get", "secret", "unused"]).0);
     assert!(!as_node(&a, &["get", "secrets"]).0);
+    // `kubectl auth can-i` (a SelfSubjectAccessReview) answers as the Node authorizer decides,
+    // with its reason after "no -", as kubectl prints a denied review.
+    let (_, out) = as_node(&a, &["auth", "can-i", "get", "secret/secret-a"]);
+    assert_eq!(out.trim(), "yes", "{out}");
+    let (_, out) = as_node(&a, &["auth", "can-i", "get", "secret/secret-b"]);
+    assert_eq!(out.trim(), "no - no relationship found between node 'a' and this object", "{out}");
     eventually(30, "node b to read secret-b", || {
         let (ok, out) = as_node(&b, &["get", "secret", "secret-b", "-o", "name"]);
         if ok { Ok(()) } else { Err(out) }

@@ -51,6 +51,32 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))
 }
 
+/// The live object's resourceVersion is not a precondition: as in Kubernetes, a patch that does
+/// not set one is applied again to the newer object when another writer got in between (the
+/// update loop retries unpinned writes), instead of failing with 409 Conflict. Removes the
+/// version `patched` inherited from the object unless `patch` set it.
+fn unpin_resource_version(pt: PatchType, patch: &Value, patched: &mut Value) {
+    if !patch_sets_resource_version(pt, patch)
+        && let Some(m) = patched.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        m.remove("resourceVersion");
+    }
+}
+
+/// Whether `patch` itself sets `metadata.resourceVersion` (a JSON patch operation on that path,
+/// or the field in a merge/strategic patch): only then does it pin the version it applies to.
+fn patch_sets_resource_version(pt: PatchType, patch: &Value) -> bool {
+    match pt {
+        PatchType::Json => patch.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op.get("path").and_then(Value::as_str) == Some("/metadata/resourceVersion")
+                    && op.get("op").and_then(Value::as_str) != Some("test")
+            })
+        }),
+        _ => patch.get("metadata").and_then(|m| m.get("resourceVersion")).is_some_and(|v| !v.is_null()),
+    }
+}
+
 /// Applies a decoded patch document of type `pt` to `original`.
 pub fn apply(pt: PatchType, api_version: &str, kind: &str, original: &Value, patch: &Value) -> Result<Value, ApiError> {
     match pt {
@@ -123,7 +149,9 @@ pub async fn serve(
     match sub {
         "scale" => {
             let scale = crate::subresources::update_scale(state, def, ns, name, opts, |current| {
-                apply(pt, "autoscaling/v1", "Scale", current, &patch)
+                let mut new = apply(pt, "autoscaling/v1", "Scale", current, &patch)?;
+                unpin_resource_version(pt, &patch, &mut new);
+                Ok(new)
             })
             .await?;
             Ok(json_response(StatusCode::OK, &scale))
@@ -134,7 +162,9 @@ pub async fn serve(
                 .objects
                 .update(def, ns, name, subr, opts, raw, |old| {
                     let old = old.ok_or_else(|| ApiError::not_found(def.group, def.resource, name))?;
-                    apply(pt, &api_version, def.kind, old, &patch)
+                    let mut new = apply(pt, &api_version, def.kind, old, &patch)?;
+                    unpin_resource_version(pt, &patch, &mut new);
+                    Ok(new)
                 })
                 .await?;
             let mut resp = json_response(StatusCode::OK, &render_object(def, w.object, out));
@@ -224,6 +254,19 @@ async fn apply_patch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_patch_that_sets_resource_version_pins_it() {
+        let rv = json!({"metadata": {"resourceVersion": "7"}});
+        assert!(patch_sets_resource_version(PatchType::Merge, &rv));
+        assert!(patch_sets_resource_version(PatchType::Strategic, &rv));
+        assert!(!patch_sets_resource_version(PatchType::Strategic, &json!({"spec": {"replicas": 2}})));
+        assert!(!patch_sets_resource_version(PatchType::Merge, &json!({"metadata": {"resourceVersion": null}})));
+        let set = json!([{"op": "replace", "path": "/metadata/resourceVersion", "value": "7"}]);
+        assert!(patch_sets_resource_version(PatchType::Json, &set));
+        let test = json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "7"}]);
+        assert!(!patch_sets_resource_version(PatchType::Json, &test));
+    }
 
     #[test]
     fn merge_patch_removes_null_fields_and_merges_maps() {

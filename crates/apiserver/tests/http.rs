@@ -305,6 +305,37 @@ async fn json_patch_and_strategic_merge_patch_apply() {
 }
 
 #[tokio::test]
+async fn concurrent_patches_without_a_resource_version_all_apply_and_one_that_pins_a_stale_one_conflicts() {
+    let h = start().await;
+    let c = &h.client;
+    let path = "/api/v1/namespaces/default/configmaps/shared";
+    let created = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("shared")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    // 24 writers patch the same object at once, each adding its own key: a patch that does not
+    // name a resourceVersion is re-applied to the newer object instead of failing with 409.
+    let patches = (0..24).map(|i| async move {
+        let body = json!({"data": {format!("k{i}"): "v"}});
+        for ct in ["application/merge-patch+json", "application/strategic-merge-patch+json"] {
+            let r = call(c, "PATCH", path, ct, Some(serde_json::to_vec(&body).unwrap()), None).await;
+            assert_eq!(r.code, 200, "{ct}: {}", r.body);
+        }
+    });
+    futures::future::join_all(patches).await;
+    let now = get(c, path).await.body;
+    for i in 0..24 {
+        assert_eq!(now["data"][format!("k{i}")], "v", "{now}");
+    }
+    // A patch that sets the resourceVersion pins it: a stale one is a conflict.
+    let stale = created.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let pinned = json!({"metadata": {"resourceVersion": stale}, "data": {"late": "v"}});
+    let r =
+        call(c, "PATCH", path, "application/merge-patch+json", Some(serde_json::to_vec(&pinned).unwrap()), None).await;
+    assert_eq!(r.code, 409, "{}", r.body);
+    assert_eq!(r.body["reason"], "Conflict");
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
 async fn finalizers_defer_deletion_until_removed() {
     let h = start().await;
     let c = &h.client;

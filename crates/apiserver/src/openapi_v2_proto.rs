@@ -952,6 +952,40 @@ fn response(v: &Value) -> Response {
     }
 }
 
+/// gnostic's non-body parameter sub-schemas (query/formData share one message shape,
+/// path/header another without `allowEmptyValue`) built from the JSON parameter `$m`; `$extra`
+/// fields are the shape's own.
+macro_rules! non_body_sub_schema {
+    ($ty:ident, $m:expr $(, $extra:ident: $val:expr)*) => {{
+        let m = $m;
+        $ty {
+            required: boolean(m, "required"),
+            r#in: string(m, "in"),
+            description: string(m, "description"),
+            name: string(m, "name"),
+            r#type: string(m, "type"),
+            format: string(m, "format"),
+            items: m.get("items").map(primitives_items),
+            collection_format: string(m, "collectionFormat"),
+            default: m.get("default").map(any),
+            maximum: number(m, "maximum"),
+            exclusive_maximum: boolean(m, "exclusiveMaximum"),
+            minimum: number(m, "minimum"),
+            exclusive_minimum: boolean(m, "exclusiveMinimum"),
+            max_length: integer(m, "maxLength"),
+            min_length: integer(m, "minLength"),
+            pattern: string(m, "pattern"),
+            max_items: integer(m, "maxItems"),
+            min_items: integer(m, "minItems"),
+            unique_items: boolean(m, "uniqueItems"),
+            r#enum: anys(m, "enum"),
+            multiple_of: number(m, "multipleOf"),
+            vendor_extension: extensions(m),
+            $($extra: $val,)*
+        }
+    }};
+}
+
 fn parameters_item(v: &Value) -> ParametersItem {
     let m = obj(v);
     if let Some(r) = m.get("$ref").and_then(Value::as_str) {
@@ -972,31 +1006,7 @@ fn parameters_item(v: &Value) -> ParametersItem {
             vendor_extension: extensions(m),
         }),
         kind @ ("query" | "formData") => {
-            let p = QueryParameterSubSchema {
-                required: boolean(m, "required"),
-                r#in: string(m, "in"),
-                description: string(m, "description"),
-                name: string(m, "name"),
-                allow_empty_value: boolean(m, "allowEmptyValue"),
-                r#type: string(m, "type"),
-                format: string(m, "format"),
-                items: m.get("items").map(primitives_items),
-                collection_format: string(m, "collectionFormat"),
-                default: m.get("default").map(any),
-                maximum: number(m, "maximum"),
-                exclusive_maximum: boolean(m, "exclusiveMaximum"),
-                minimum: number(m, "minimum"),
-                exclusive_minimum: boolean(m, "exclusiveMinimum"),
-                max_length: integer(m, "maxLength"),
-                min_length: integer(m, "minLength"),
-                pattern: string(m, "pattern"),
-                max_items: integer(m, "maxItems"),
-                min_items: integer(m, "minItems"),
-                unique_items: boolean(m, "uniqueItems"),
-                r#enum: anys(m, "enum"),
-                multiple_of: number(m, "multipleOf"),
-                vendor_extension: extensions(m),
-            };
+            let p = non_body_sub_schema!(QueryParameterSubSchema, m, allow_empty_value: boolean(m, "allowEmptyValue"));
             ParameterOneof::NonBodyParameter(NonBodyParameter {
                 oneof: Some(if kind == "query" {
                     NonBodyParameterOneof::QueryParameterSubSchema(p)
@@ -1006,30 +1016,7 @@ fn parameters_item(v: &Value) -> ParametersItem {
             })
         }
         kind => {
-            let p = PathParameterSubSchema {
-                required: boolean(m, "required"),
-                r#in: string(m, "in"),
-                description: string(m, "description"),
-                name: string(m, "name"),
-                r#type: string(m, "type"),
-                format: string(m, "format"),
-                items: m.get("items").map(primitives_items),
-                collection_format: string(m, "collectionFormat"),
-                default: m.get("default").map(any),
-                maximum: number(m, "maximum"),
-                exclusive_maximum: boolean(m, "exclusiveMaximum"),
-                minimum: number(m, "minimum"),
-                exclusive_minimum: boolean(m, "exclusiveMinimum"),
-                max_length: integer(m, "maxLength"),
-                min_length: integer(m, "minLength"),
-                pattern: string(m, "pattern"),
-                max_items: integer(m, "maxItems"),
-                min_items: integer(m, "minItems"),
-                unique_items: boolean(m, "uniqueItems"),
-                r#enum: anys(m, "enum"),
-                multiple_of: number(m, "multipleOf"),
-                vendor_extension: extensions(m),
-            };
+            let p = non_body_sub_schema!(PathParameterSubSchema, m);
             ParameterOneof::NonBodyParameter(NonBodyParameter {
                 oneof: Some(if kind == "header" {
                     NonBodyParameterOneof::HeaderParameterSubSchema(p)

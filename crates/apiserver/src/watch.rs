@@ -16,7 +16,6 @@ use bytes::Bytes;
 use rand::Rng;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
-use tokio::sync::mpsc;
 
 use crate::AppState;
 use crate::machinery::Selectors;
@@ -24,9 +23,6 @@ use crate::objects::parse_rv;
 use crate::registry::ResourceDef;
 use crate::rest::{Output, Query, list_options, render_object};
 use crate::watchcache::{CacheMsg, EventKind, Recv, Subscription};
-
-/// Watch events buffered per watcher between its task and the HTTP connection.
-const WRITE_BUFFER: usize = 64;
 
 fn line(kind: &str, object: &Value) -> Bytes {
     let mut buf = Vec::with_capacity(256);
@@ -69,7 +65,91 @@ struct Watcher {
     output: Output,
     bookmarks: bool,
     after: i64,
-    tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+}
+
+/// Counts a watch in `apiserver_registered_watchers` for as long as its stream lives.
+struct Registered(prometheus_client::metrics::gauge::Gauge);
+
+impl Registered {
+    fn new(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// A watch response body: the initial lines, then each event of the cache's broadcast this
+/// watcher sees, encoded when the HTTP connection asks for the next chunk. The connection's
+/// task polls the broadcast itself (no task or channel per watcher between them), so an event
+/// reaches the socket with one task wake-up per watcher.
+struct WatchStream {
+    watcher: Watcher,
+    initial: std::collections::VecDeque<Bytes>,
+    sub: Subscription,
+    /// Completes at `timeoutSeconds` or on server shutdown; one future for the stream's life, so
+    /// its timer and shutdown registrations are made once, not once per event.
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    _registered: Registered,
+}
+
+/// A future that completes after `timeout` or once `shutdown` turns true (or its sender is
+/// gone).
+fn stop_signal(
+    timeout: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(timeout) => {}
+            _ = shutdown.wait_for(|stop| *stop) => {}
+        }
+    })
+}
+
+impl WatchStream {
+    /// The next line to send, or `None` when the stream ends: at `timeoutSeconds`, on server
+    /// shutdown, when this watcher lagged behind the cache's backlog, or when the cache reset.
+    async fn next_line(&mut self) -> Option<Bytes> {
+        if let Some(b) = self.initial.pop_front() {
+            return Some(b);
+        }
+        loop {
+            // Ready events first: the stop signal is looked at when nothing is queued.
+            let msg = tokio::select! {
+                biased;
+                r = self.sub.recv() => r,
+                _ = &mut self.stop => return None,
+            };
+            match msg {
+                Recv::Msg(CacheMsg::Event(e)) => {
+                    if let Some((kind, prev)) = self.watcher.classify(&e) {
+                        self.watcher.after = e.revision;
+                        return Some(self.watcher.event_line(kind, &e, prev));
+                    }
+                }
+                Recv::Msg(CacheMsg::Progress(rev)) => {
+                    let w = &mut self.watcher;
+                    if w.bookmarks && rev > w.after && w.output == Output::Json {
+                        w.after = rev;
+                        return Some(line("BOOKMARK", &bookmark(&w.def, rev, false)));
+                    }
+                }
+                Recv::Msg(CacheMsg::Reset) | Recv::Lagged | Recv::Closed => return None,
+            }
+        }
+    }
+
+    fn into_stream(self) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
+        futures::stream::unfold(self, |mut s| async move {
+            let line = s.next_line().await?;
+            Some((Ok(line), s))
+        })
+    }
 }
 
 impl Watcher {
@@ -91,10 +171,6 @@ impl Watcher {
         line(kind, &obj)
     }
 
-    async fn send_raw(&self, b: Bytes) -> bool {
-        self.tx.send(Ok(b)).await.is_ok()
-    }
-
     /// The event type this watcher sees for a change, if any (selector transitions included),
     /// with the object to send when it is not the event's own (`None`: `e.object`).
     fn classify(&self, e: &crate::watchcache::CacheEvent) -> Option<(&'static str, Option<Value>)> {
@@ -106,13 +182,18 @@ impl Watcher {
             EventKind::Added => cur.then_some(("ADDED", None)),
             EventKind::Deleted => cur.then_some(("DELETED", None)),
             EventKind::Modified => {
-                let old = e.prev.as_ref().is_some_and(|p| self.selectors.matches(&self.def, p));
+                // Without selectors every state is selected: the previous one need not be decoded.
+                let old = if self.selectors.is_empty() {
+                    e.has_prev()
+                } else {
+                    e.prev().is_some_and(|p| self.selectors.matches(&self.def, p))
+                };
                 match (old, cur) {
                     (true, true) => Some(("MODIFIED", None)),
                     (false, true) => Some(("ADDED", None)),
                     (true, false) => {
                         // Leaving the selection: the old state, at the new resourceVersion.
-                        let mut prev = e.prev.as_ref().map(|p| (**p).clone()).unwrap_or_default();
+                        let mut prev = e.prev().map(|p| (**p).clone()).unwrap_or_default();
                         crate::util::set_resource_version(&mut prev, e.revision);
                         Some(("DELETED", Some(prev)))
                     }
@@ -120,47 +201,6 @@ impl Watcher {
                 }
             }
         }
-    }
-
-    async fn run(
-        mut self,
-        mut sub: Subscription,
-        timeout: Duration,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-        gauge: prometheus_client::metrics::gauge::Gauge,
-    ) {
-        gauge.inc();
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                _ = shutdown.changed() => break,
-                _ = self.tx.closed() => break,
-                r = sub.recv() => match r {
-                    Recv::Msg(CacheMsg::Event(e)) => {
-                        if let Some((kind, prev)) = self.classify(&e) {
-                            self.after = e.revision;
-                            let b = self.event_line(kind, &e, prev);
-                            if !self.send_raw(b).await {
-                                break;
-                            }
-                        }
-                    }
-                    Recv::Msg(CacheMsg::Progress(rev)) => {
-                        if self.bookmarks && rev > self.after && self.output == Output::Json {
-                            self.after = rev;
-                            let b = bookmark(&self.def, rev, false);
-                            if !self.send_raw(line("BOOKMARK", &b)).await {
-                                break;
-                            }
-                        }
-                    }
-                    Recv::Msg(CacheMsg::Reset) | Recv::Lagged | Recv::Closed => break,
-                },
-            }
-        }
-        gauge.dec();
     }
 }
 
@@ -211,7 +251,6 @@ pub async fn serve(
     };
     let cache = state.cache(def)?;
     let prefix = def.namespace_prefix(ns);
-    let (tx, rx) = mpsc::channel(WRITE_BUFFER);
     let mut watcher = Watcher {
         def: def.clone(),
         prefix: prefix.clone(),
@@ -219,7 +258,6 @@ pub async fn serve(
         output: out,
         bookmarks,
         after: 0,
-        tx,
     };
     let rv = opts.resource_version.clone().unwrap_or_default();
     let initial_state = send_initial == Some(true) || (send_initial.is_none() && (rv.is_empty() || rv == "0"));
@@ -270,17 +308,14 @@ pub async fn serve(
             }
         }
     };
-    let shutdown = state.shutdown.clone();
-    let gauge = state.metrics.watch_gauge(def.group, def.resource);
-    tokio::spawn(async move {
-        for b in initial {
-            if !watcher.send_raw(b).await {
-                return;
-            }
-        }
-        watcher.run(sub, timeout, shutdown, gauge).await;
-    });
-    Ok(stream_response(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    let stream = WatchStream {
+        watcher,
+        initial: initial.into(),
+        sub,
+        stop: stop_signal(timeout, state.shutdown.clone()),
+        _registered: Registered::new(state.metrics.watch_gauge(def.group, def.resource)),
+    };
+    Ok(stream_response(stream.into_stream()))
 }
 
 fn stream_response<S>(s: S) -> Response
@@ -304,5 +339,86 @@ mod tests {
         let obj = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"}});
         let encoded = serde_json::to_vec(&obj).unwrap();
         assert_eq!(line_encoded("MODIFIED", &encoded), line("MODIFIED", &obj));
+    }
+
+    fn pod_put(cache: &crate::watchcache::WatchCache, key: &str, rev: i64) {
+        let name = key.rsplit('/').next().unwrap_or_default();
+        let kv = skiff_store::KeyValue {
+            key: key.to_string(),
+            value: format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}}}}"#).into_bytes(),
+            create_revision: rev,
+            mod_revision: rev,
+        };
+        cache.apply(skiff_store::Event { kind: skiff_store::EventType::Put, kv, prev_kv: None });
+    }
+
+    /// A stream of namespace `ns1`'s pods from the cache's next event on, with its gauge and
+    /// the sender of its shutdown signal.
+    fn pod_stream(
+        cache: &crate::watchcache::WatchCache,
+        timeout: Duration,
+    ) -> (WatchStream, prometheus_client::metrics::gauge::Gauge, tokio::sync::watch::Sender<bool>) {
+        let registry = crate::registry::Registry::default();
+        let def = registry.get("", "v1", "pods").expect("pods are registered").clone();
+        let (_, sub) = cache.watch_from(cache.revision()).expect("the ring reaches the current revision");
+        let (shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        let gauge = prometheus_client::metrics::gauge::Gauge::default();
+        let stream = WatchStream {
+            watcher: Watcher {
+                prefix: def.namespace_prefix(Some("ns1")),
+                def,
+                selectors: Selectors::default(),
+                output: Output::Json,
+                bookmarks: false,
+                after: cache.revision(),
+            },
+            initial: Default::default(),
+            sub,
+            stop: stop_signal(timeout, shutdown),
+            _registered: Registered::new(gauge.clone()),
+        };
+        (stream, gauge, shutdown_tx)
+    }
+
+    #[tokio::test]
+    async fn a_watch_stream_sends_its_namespace_events_and_ends_when_it_lags() {
+        let cache = crate::watchcache::WatchCache::new("/registry/pods/".into(), 100, 4);
+        let (mut stream, gauge, _shutdown) = pod_stream(&cache, Duration::from_secs(3600));
+        assert_eq!(gauge.get(), 1, "a live stream counts as a registered watcher");
+        pod_put(&cache, "/registry/pods/ns2/other", 1);
+        pod_put(&cache, "/registry/pods/ns1/mine", 2);
+        let first = stream.next_line().await.expect("the ns1 event");
+        let text = String::from_utf8_lossy(&first);
+        assert!(text.starts_with(r#"{"type":"ADDED","object":"#), "{text}");
+        assert!(text.contains(r#""name":"mine""#) && text.contains(r#""resourceVersion":"2""#), "{text}");
+        assert!(text.ends_with("}\n"), "{text}");
+        // More events than the broadcast holds, none read: the stream ends instead of blocking
+        // the cache or buffering without bound.
+        for r in 3..=12 {
+            pod_put(&cache, &format!("/registry/pods/ns1/p{r}"), r);
+        }
+        assert!(stream.next_line().await.is_none());
+        drop(stream);
+        assert_eq!(gauge.get(), 0, "a dropped stream no longer counts");
+    }
+
+    #[tokio::test]
+    async fn a_watch_stream_ends_at_its_timeout_and_on_shutdown() {
+        let cache = crate::watchcache::WatchCache::new("/registry/pods/".into(), 100, 16);
+        let (mut expired, _, _shutdown) = pod_stream(&cache, Duration::ZERO);
+        assert!(expired.next_line().await.is_none());
+        let (mut stream, _, shutdown) = pod_stream(&cache, Duration::from_secs(3600));
+        shutdown.send_replace(true);
+        assert!(stream.next_line().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_watch_stream_sends_its_initial_lines_before_any_event() {
+        let cache = crate::watchcache::WatchCache::new("/registry/pods/".into(), 100, 16);
+        let (mut stream, _, _shutdown) = pod_stream(&cache, Duration::from_secs(3600));
+        stream.initial.push_back(Bytes::from_static(b"initial\n"));
+        pod_put(&cache, "/registry/pods/ns1/a", 1);
+        assert_eq!(stream.next_line().await.as_deref(), Some(&b"initial\n"[..]));
+        assert!(stream.next_line().await.is_some_and(|l| l.starts_with(br#"{"type":"ADDED""#)));
     }
 }

@@ -42,8 +42,11 @@ pub struct CacheEvent {
     /// The object after the change (for a delete: the last state), with `resourceVersion` set
     /// to `revision`.
     pub object: Arc<Value>,
-    /// The object before the change (modifications and deletes), with its own resourceVersion.
-    pub prev: Option<Arc<Value>>,
+    /// The stored value before a modification and its revision, decoded only when a watcher
+    /// asks for it ([`CacheEvent::prev`]: watchers with selectors, to see objects leave them).
+    prev_raw: Option<(Vec<u8>, Revision)>,
+    /// The decoded object before the change (see [`CacheEvent::prev`]).
+    prev: std::sync::OnceLock<Option<Arc<Value>>>,
     /// `object` serialized as JSON, made by the first watcher that sends it unchanged and reused
     /// by every other one (see [`CacheEvent::object_json`]): a fan-out to N watchers encodes an
     /// event once, not N times.
@@ -54,6 +57,18 @@ pub struct CacheEvent {
 }
 
 impl CacheEvent {
+    /// True when the key existed before the change (modifications and deletes).
+    pub fn has_prev(&self) -> bool {
+        self.prev_raw.is_some() || self.prev.get().is_some_and(Option::is_some)
+    }
+
+    /// The object before the change (modifications and deletes), with its own resourceVersion;
+    /// decoded on first use and shared by every later caller. `None` for a create, or when the
+    /// previous value does not decode.
+    pub fn prev(&self) -> Option<&Arc<Value>> {
+        self.prev.get_or_init(|| self.prev_raw.as_ref().and_then(|(raw, rev)| decode(raw, *rev)).map(Arc::new)).as_ref()
+    }
+
     /// `object` as JSON bytes (stored form, resourceVersion set), encoded on first use and
     /// shared by every later caller.
     pub fn object_json(&self) -> &[u8] {
@@ -277,22 +292,29 @@ impl WatchCache {
         Ok(resp.revision)
     }
 
-    fn apply(&self, e: skiff_store::Event) {
+    /// Applies one store event: updates the objects and the ring, and broadcasts it.
+    pub(crate) fn apply(&self, e: skiff_store::Event) {
         let revision = e.kv.mod_revision;
-        let prev = e.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision)).map(Arc::new);
+        // A modification's previous state is decoded only if a watcher needs it; a delete's is
+        // the event's object.
+        let prev = std::sync::OnceLock::new();
+        let mut prev_raw = None;
         let (kind, object) = match e.kind {
             EventType::Put => {
                 let Some(obj) = decode(&e.kv.value, revision) else {
                     tracing::warn!(key = %e.kv.key, "undecodable value in the store; skipped");
                     return;
                 };
-                (if prev.is_some() { EventKind::Modified } else { EventKind::Added }, Arc::new(obj))
+                let kind = if e.prev_kv.is_some() { EventKind::Modified } else { EventKind::Added };
+                prev_raw = e.prev_kv.map(|p| (p.value, p.mod_revision));
+                (kind, Arc::new(obj))
             }
             EventType::Delete => {
-                let Some(prev) = &prev else { return };
-                let mut last = (**prev).clone();
-                set_resource_version(&mut last, revision);
-                (EventKind::Deleted, Arc::new(last))
+                let Some(last) = e.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision)) else { return };
+                let mut deleted = last.clone();
+                set_resource_version(&mut deleted, revision);
+                let _ = prev.set(Some(Arc::new(last)));
+                (EventKind::Deleted, Arc::new(deleted))
             }
         };
         let event = Arc::new(CacheEvent {
@@ -300,6 +322,7 @@ impl WatchCache {
             key: e.kv.key.clone(),
             revision,
             object: object.clone(),
+            prev_raw,
             prev,
             encoded: std::sync::OnceLock::new(),
             line: std::sync::OnceLock::new(),
@@ -407,5 +430,42 @@ mod tests {
         let snap = cache.snapshot("/registry/x/");
         assert_eq!(snap.objects.len(), 20);
         assert_eq!(snap.revision, 20);
+    }
+
+    #[test]
+    fn a_modifications_previous_state_is_decoded_only_when_asked_for() {
+        let cache = WatchCache::new("/registry/x/".into(), 10, 16);
+        let (_, mut sub) = cache.watch_from(0).unwrap();
+        put(&cache, "/registry/x/a", 1, None);
+        put(&cache, "/registry/x/a", 2, Some(1));
+        let (backlog, _) = cache.watch_from(0).unwrap();
+        let (created, modified) = (&backlog[0], &backlog[1]);
+        assert!(!created.has_prev() && created.prev().is_none());
+        assert_eq!(modified.kind, EventKind::Modified);
+        assert!(modified.has_prev());
+        assert!(modified.prev.get().is_none(), "not decoded before a watcher asks");
+        let prev = modified.prev().expect("the previous state");
+        assert_eq!(prev["n"], 1);
+        assert_eq!(prev["metadata"]["resourceVersion"], "1");
+        assert!(matches!(sub.rx.try_recv(), Ok(CacheMsg::Event(_))));
+    }
+
+    #[test]
+    fn a_delete_carries_the_last_state_at_the_delete_revision() {
+        let cache = WatchCache::new("/registry/x/".into(), 10, 16);
+        put(&cache, "/registry/x/a", 1, None);
+        let last = KeyValue {
+            key: "/registry/x/a".into(),
+            value: br#"{"metadata":{"name":"a"},"n":1}"#.to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+        };
+        let gone = KeyValue { value: Vec::new(), mod_revision: 2, ..last.clone() };
+        cache.apply(Event { kind: EventType::Delete, kv: gone, prev_kv: Some(last) });
+        let (backlog, _) = cache.watch_from(1).unwrap();
+        assert_eq!(backlog[0].kind, EventKind::Deleted);
+        assert_eq!(backlog[0].object["metadata"]["resourceVersion"], "2");
+        assert_eq!(backlog[0].prev().map(|p| p["metadata"]["resourceVersion"].clone()), Some("1".into()));
+        assert!(cache.get("/registry/x/a").is_none());
     }
 }

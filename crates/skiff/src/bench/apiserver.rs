@@ -11,7 +11,10 @@
 //! 4. GET latency (p50/p99) of those pods from the same clients;
 //! 5. `--watchers` concurrent pod watches: latency from a create to its delivery to every
 //!    watcher (p50/p99), with one create every 20 ms (watchers read their raw event streams
-//!    without decoding the pods, see [`added_sent_nanos`]).
+//!    without decoding the pods, see [`added_sent_nanos`]), once per `--watch-protocols`:
+//!    HTTP/2 with each client's watches multiplexed over one connection (as client-go and
+//!    kubectl watch), and HTTP/1.1 through kube-rs (one TLS connection per watch). Server and
+//!    bench CPU per delivery are measured over the creates only, apart from the watches' setup.
 //!
 //! Pods use a scheduler name no scheduler serves, so no component reacts to them and only the
 //! API server and the store are measured.
@@ -56,9 +59,32 @@ pub struct ApiserverArgs {
     /// Creates each watcher must see (one every 20 ms).
     #[arg(long, default_value_t = 50)]
     watch_writes: usize,
+    /// How the watchers connect, one phase each in this order: `http2` (one HTTP/2 connection
+    /// per client, `--watchers` streams multiplexed over `--clients` connections, as client-go
+    /// and kubectl do) and/or `http1` (kube-rs, HTTP/1.1 only: one TLS connection per watch).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WatchProtocol::Http2, WatchProtocol::Http1])]
+    watch_protocols: Vec<WatchProtocol>,
     /// Directory for the data directories and the raw store (default: the system temp dir).
     #[arg(long)]
     dir: Option<PathBuf>,
+}
+
+/// The HTTP version the watch phase's watchers use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WatchProtocol {
+    /// HTTP/2: every client's watches share one connection (client-go's and kubectl's way).
+    Http2,
+    /// HTTP/1.1 through kube-rs: each watch holds its own TLS connection.
+    Http1,
+}
+
+impl WatchProtocol {
+    fn describe(self) -> &'static str {
+        match self {
+            WatchProtocol::Http2 => "HTTP/2, streams multiplexed over one connection per client",
+            WatchProtocol::Http1 => "HTTP/1.1 (kube-rs), one TLS connection per watch",
+        }
+    }
 }
 
 /// Annotation carrying a pod's create time (nanoseconds since the Unix epoch).
@@ -233,22 +259,44 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
         ms(get_lat.percentile(99.0))
     );
 
-    // 5. Watch delivery latency.
-    let (server_cpu, own_cpu) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
-    let (mut watch_lat, expected) = watch_latency(&admin, &clients, args.watchers, args.watch_writes).await?;
-    let delivered = watch_lat.0.len();
-    let server_us = cpu_us_per_op(server_cpu, server.cpu_time()?, delivered);
-    let client_us = cpu_us_per_op(own_cpu, process_cpu_time("/proc/self/stat")?, delivered);
+    // 5. Watch delivery latency, one phase per protocol.
     println!(
-        "watch: {} watchers × {} creates: {} of {} deliveries, p50 {}, p99 {}",
-        args.watchers,
-        args.watch_writes,
-        delivered,
-        expected,
-        ms(watch_lat.percentile(50.0)),
-        ms(watch_lat.percentile(99.0))
+        "watch: write → delivery = from the creating client's clock just before it sends the POST (stamped into \
+         the pod) to a watcher's clock when the event's whole line has been read; the creates, the watchers and \
+         the server share this machine's {} CPUs",
+        num_cpus()
     );
-    println!("  CPU per delivery (watch setup included): server {server_us:.1} µs, bench watchers {client_us:.1} µs");
+    let mut watch_rows = Vec::new();
+    for (phase, protocol) in args.watch_protocols.iter().copied().enumerate() {
+        let namespace = format!("watch-{phase}");
+        let w =
+            watch_latency(&admin, &clients, &server, protocol, &namespace, args.watchers, args.watch_writes).await?;
+        let mut lat = w.delays;
+        let delivered = lat.0.len();
+        let mut creates = w.creates;
+        println!(
+            "watch ({}): {} watchers × {} creates: {} of {} deliveries, p50 {}, p99 {}, max {}",
+            protocol.describe(),
+            args.watchers,
+            args.watch_writes,
+            delivered,
+            w.expected,
+            ms(lat.percentile(50.0)),
+            ms(lat.percentile(99.0)),
+            ms(lat.percentile(100.0)),
+        );
+        println!(
+            "  creates in this phase p50 {}, p99 {}; CPU per delivery: server {:.1} µs, bench watchers {:.1} µs \
+             (setting up the watches: server {:.0} µs, bench {:.0} µs per watch)",
+            ms(creates.percentile(50.0)),
+            ms(creates.percentile(99.0)),
+            w.server_us_per_delivery,
+            w.bench_us_per_delivery,
+            w.server_us_per_watch,
+            w.bench_us_per_watch,
+        );
+        watch_rows.push((protocol, lat.percentile(99.0), delivered == w.expected));
+    }
     let busy_rss = server.rss_bytes()?;
     println!("RSS after the run: {:.1} MB; load average {} at end", busy_rss as f64 / 1e6, load_average());
 
@@ -266,13 +314,13 @@ pub async fn run(args: ApiserverArgs) -> anyhow::Result<()> {
         share / 0.5,
         share >= 0.5,
     );
-    let p99 = watch_lat.percentile(99.0);
-    row(
-        "watch p99 ≤ 50 ms (1,000 watchers)",
-        &ms(p99),
-        p99.as_secs_f64() / 0.05,
-        p99 <= Duration::from_millis(50) && delivered == expected,
-    );
+    for (protocol, p99, complete) in watch_rows {
+        let target = match protocol {
+            WatchProtocol::Http2 => "watch p99 ≤ 50 ms (1,000 watchers, HTTP/2)",
+            WatchProtocol::Http1 => "watch p99 ≤ 50 ms (1,000 watchers, HTTP/1.1 kube-rs)",
+        };
+        row(target, &ms(p99), p99.as_secs_f64() / 0.05, p99 <= Duration::from_millis(50) && complete);
+    }
     Ok(())
 }
 
@@ -355,66 +403,207 @@ async fn get_pods(
     Ok((started.elapsed(), samples))
 }
 
-/// Opens `watchers` watches on namespace `watch` (spread over the clients), waits until the
-/// server counts them all, then creates `writes` pods 20 ms apart, each stamped with its
-/// create time; every watcher records the delay to each ADDED event. Returns the delays and
-/// the number of deliveries expected.
+/// What one watch phase measured.
+struct WatchPhase {
+    /// Write → delivery delays, one per (watcher, create) delivered.
+    delays: Samples,
+    /// Deliveries expected (watchers × creates).
+    expected: usize,
+    /// Latencies of the phase's creates.
+    creates: Samples,
+    /// Server CPU per delivery while the creates were delivered (watch setup excluded).
+    server_us_per_delivery: f64,
+    /// This process's CPU per delivery over the same span (mostly the watchers' reading).
+    bench_us_per_delivery: f64,
+    /// Server CPU per watch while the watches were opened (TLS handshakes, requests).
+    server_us_per_watch: f64,
+    /// This process's CPU per watch while opening them.
+    bench_us_per_watch: f64,
+}
+
+/// The server's gauge of open pod watches.
+const WATCH_GAUGE: &str = "apiserver_registered_watchers{group=\"\",resource=\"pods\"}";
+
+/// Where a watcher records its delays.
+type Delays = Arc<Mutex<Vec<Duration>>>;
+
+/// Records the delay of the ADDED event `line` carries, if it is one of the bench's; true if
+/// it was.
+fn record_line(line: &[u8], now: u128, delays: &Delays) -> bool {
+    let Some(sent) = std::str::from_utf8(line).ok().and_then(added_sent_nanos) else { return false };
+    let d = Duration::from_nanos(now.saturating_sub(sent) as u64);
+    delays.lock().unwrap_or_else(|p| p.into_inner()).push(d);
+    true
+}
+
+/// Reads a watch body's chunks until `writes` ADDED events carrying [`SENT_ANNOTATION`] were
+/// seen, recording each one's delay when its line is complete.
+async fn record_deliveries<S, B, E>(body: S, writes: usize, delays: Delays)
+where
+    S: futures::Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut partial: Vec<u8> = Vec::new();
+    let mut seen = 0;
+    while seen < writes {
+        let Some(Ok(chunk)) = futures::StreamExt::next(&mut body).await else { return };
+        let now = unix_nanos();
+        let mut chunk = chunk.as_ref();
+        if !partial.is_empty() {
+            // The end of a line begun in an earlier chunk.
+            let Some(end) = chunk.iter().position(|&b| b == b'\n') else {
+                partial.extend_from_slice(chunk);
+                continue;
+            };
+            partial.extend_from_slice(&chunk[..end]);
+            seen += usize::from(record_line(&partial, now, &delays));
+            partial.clear();
+            chunk = &chunk[end + 1..];
+        }
+        let mut lines = chunk.split(|&b| b == b'\n');
+        let last = lines.next_back().unwrap_or_default();
+        for line in lines {
+            seen += usize::from(record_line(line, now, &delays));
+        }
+        partial.extend_from_slice(last);
+    }
+}
+
+/// [`record_deliveries`] for a body already split into lines.
+async fn record_line_deliveries<S, E>(lines: S, writes: usize, delays: Delays)
+where
+    S: futures::Stream<Item = Result<String, E>>,
+{
+    let mut lines = std::pin::pin!(lines);
+    let mut seen = 0;
+    while seen < writes {
+        let Some(Ok(line)) = futures::StreamExt::next(&mut lines).await else { return };
+        seen += usize::from(record_line(line.as_bytes(), unix_nanos(), &delays));
+    }
+}
+
+/// One HTTP/2 connection to the server of `kubeconfig` (its cluster URL, CA and client
+/// certificate), for many concurrent requests.
+async fn h2_connection(
+    kubeconfig: &std::path::Path,
+) -> anyhow::Result<(hyper::client::conn::http2::SendRequest<http_body_util::Empty<hyper::body::Bytes>>, String)> {
+    use kube::client::ConfigExt as _;
+    let config =
+        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(kubeconfig)?, &Default::default())
+            .await?;
+    let mut tls = config.rustls_client_config()?;
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let url = config.cluster_url.clone();
+    let host = url.host().context("no host in the cluster URL")?.trim_matches(['[', ']']).to_string();
+    let port = url.port_u16().unwrap_or(443);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+    tcp.set_nodelay(true)?;
+    let name = rustls::pki_types::ServerName::try_from(host.clone())?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await?;
+    anyhow::ensure!(stream.get_ref().1.alpn_protocol() == Some(b"h2"), "the server did not negotiate HTTP/2");
+    let (send, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake(hyper_util::rt::TokioIo::new(stream))
+        .await?;
+    tokio::spawn(conn);
+    let base = format!("https://{}", url.authority().map(|a| a.as_str()).unwrap_or(&host));
+    Ok((send, base))
+}
+
+/// Opens `watchers` watches on pods of `namespace` (spread over the clients, over `protocol`),
+/// waits until the server counts them all, then creates `writes` pods 20 ms apart, each
+/// stamped with its create time; every watcher records the delay to each ADDED event.
 async fn watch_latency(
     admin: &kube::Client,
     clients: &[kube::Client],
+    server: &ServerProcess,
+    protocol: WatchProtocol,
+    namespace: &str,
     watchers: usize,
     writes: usize,
-) -> anyhow::Result<(Samples, usize)> {
-    create_namespace(admin, "watch").await?;
-    let api = Api::<Pod>::namespaced(admin.clone(), "watch");
+) -> anyhow::Result<WatchPhase> {
+    create_namespace(admin, namespace).await?;
+    let api = Api::<Pod>::namespaced(admin.clone(), namespace);
     let rv = api.list(&ListParams::default()).await?.metadata.resource_version.unwrap_or_default();
-    let before = metric_sum(&scrape(admin).await?, "apiserver_registered_watchers{group=\"\",resource=\"pods\"}");
-    let delays = Arc::new(Mutex::new(Vec::with_capacity(watchers * writes)));
+    let before = metric_sum(&scrape(admin).await?, WATCH_GAUGE);
+    let delays: Delays = Arc::new(Mutex::new(Vec::with_capacity(watchers * writes)));
+    let (server_cpu, own_cpu) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
     let mut tasks = tokio::task::JoinSet::new();
-    for w in 0..watchers {
-        let client = clients[w % clients.len()].clone();
-        let (rv, delays) = (rv.clone(), delays.clone());
-        let request = kube::core::Request::new("/api/v1/namespaces/watch/pods")
-            .watch(&WatchParams::default().timeout(290), &rv)
-            .with_context(|| format!("watch {w}"))?;
-        let body = client.request_stream(request).await.with_context(|| format!("watch {w}"))?;
-        tasks.spawn(async move {
-            let mut lines = std::pin::pin!(body.lines());
-            let mut seen = 0;
-            while seen < writes {
-                let Ok(Some(line)) = lines.try_next().await else { break };
-                let now = unix_nanos();
-                if let Some(sent) = added_sent_nanos(&line) {
-                    let d = Duration::from_nanos(now.saturating_sub(sent) as u64);
-                    delays.lock().unwrap_or_else(|p| p.into_inner()).push(d);
-                    seen += 1;
-                }
+    let path = format!("/api/v1/namespaces/{namespace}/pods");
+    match protocol {
+        WatchProtocol::Http2 => {
+            let mut connections = Vec::with_capacity(clients.len());
+            for _ in 0..clients.len().max(1) {
+                connections.push(h2_connection(&server.kubeconfig()).await?);
             }
-        });
+            for w in 0..watchers {
+                let (send, base) = &connections[w % connections.len()];
+                let uri = format!("{base}{path}?watch=1&resourceVersion={rv}&timeoutSeconds=290");
+                let request = hyper::Request::get(uri).body(http_body_util::Empty::new())?;
+                let mut send = send.clone();
+                send.ready().await?;
+                let response = send.send_request(request).await.with_context(|| format!("watch {w}"))?;
+                anyhow::ensure!(response.status().is_success(), "watch {w}: {}", response.status());
+                let body = http_body_util::BodyStream::new(response.into_body())
+                    .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
+                tasks.spawn(record_deliveries(body, writes, delays.clone()));
+            }
+        }
+        WatchProtocol::Http1 => {
+            for w in 0..watchers {
+                let client = clients[w % clients.len()].clone();
+                let request = kube::core::Request::new(&path)
+                    .watch(&WatchParams::default().timeout(290), &rv)
+                    .with_context(|| format!("watch {w}"))?;
+                let body = client.request_stream(request).await.with_context(|| format!("watch {w}"))?;
+                tasks.spawn(record_line_deliveries(body.lines(), writes, delays.clone()));
+            }
+        }
     }
     // Every watch is registered with the server before the first write.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let text = scrape(admin).await?;
-        let now = metric_sum(&text, "apiserver_registered_watchers{group=\"\",resource=\"pods\"}");
+        let now = metric_sum(&scrape(admin).await?, WATCH_GAUGE);
         if now - before >= watchers as f64 {
             break;
         }
         anyhow::ensure!(Instant::now() < deadline, "only {} of {watchers} watches registered", now - before);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let (server_setup, own_setup) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
+    let mut creates = Samples::default();
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     for n in 0..writes {
         tick.tick().await;
         let annotations = BTreeMap::from([(SENT_ANNOTATION.to_string(), unix_nanos().to_string())]);
+        let t = Instant::now();
         api.create(&PostParams::default(), &bench_pod(&format!("w-{n}"), Some(annotations))).await?;
+        creates.0.push(t.elapsed());
     }
     let all_done = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(Duration::from_secs(60), all_done).await.is_err() {
         eprintln!("some watchers did not see every create within 60 s");
     }
+    let (server_end, own_end) = (server.cpu_time()?, process_cpu_time("/proc/self/stat")?);
+    // Close the watches and wait until the server has let them go, so the next phase counts
+    // only its own.
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric_sum(&scrape(admin).await?, WATCH_GAUGE) > before && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let delays = std::mem::take(&mut *delays.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok((Samples(delays), watchers * writes))
+    let delivered = delays.len();
+    Ok(WatchPhase {
+        delays: Samples(delays),
+        expected: watchers * writes,
+        creates,
+        server_us_per_delivery: cpu_us_per_op(server_setup, server_end, delivered),
+        bench_us_per_delivery: cpu_us_per_op(own_setup, own_end, delivered),
+        server_us_per_watch: cpu_us_per_op(server_cpu, server_setup, watchers),
+        bench_us_per_watch: cpu_us_per_op(own_cpu, own_setup, watchers),
+    })
 }
 
 #[cfg(test)]

@@ -19,20 +19,28 @@ pub struct ServerProcess {
     pub spawned: Instant,
 }
 
+/// Environment variable naming another `skiff` binary to run the servers with, e.g. to compare
+/// two builds' servers under the same bench client in one run.
+pub const SERVER_BINARY_ENV: &str = "SKIFF_BENCH_SERVER";
+
 /// A free loopback TCP port.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 impl ServerProcess {
-    /// Spawns `skiff server --disable-agent` (this same binary) on a free port with `data_dir`
+    /// Spawns `skiff server --disable-agent` (this same binary, or the one named by
+    /// [`SERVER_BINARY_ENV`]) on a free port with `data_dir`
     /// (created if missing), store compaction off and `extra` flags; its log goes to
     /// `<data_dir>/server.log`. Does not wait for readiness: see [`ServerProcess::wait_ready`].
     pub fn spawn(data_dir: &Path, extra: &[&str]) -> anyhow::Result<ServerProcess> {
         std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
         let port = free_port()?;
         let log = std::fs::File::create(data_dir.join("server.log"))?;
-        let exe = std::env::current_exe().context("locating the skiff binary")?;
+        let exe = match std::env::var_os(SERVER_BINARY_ENV) {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe().context("locating the skiff binary")?,
+        };
         let spawned = Instant::now();
         let child = Command::new(exe)
             .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--etcd-compaction-interval", "0"])

@@ -162,6 +162,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
     /// The CNI conflist: bridge with host-local IPAM on the pod CIDR, plus portmap for
     /// hostPort.
+    ///
+    /// The bridge plugin's `ipMasq` is off: it would add a NAT chain and a POSTROUTING jump per
+    /// pod (about ten `iptables` runs per sandbox, and as many again on teardown, each slower as
+    /// the table grows). One node-wide rule does the same job ([`ensure_pod_masquerade`]), as
+    /// kubenet's and flannel's do.
     pub fn render_cni_conflist(&self) -> String {
         let conf = serde_json::json!({
             "cniVersion": "0.4.0",
@@ -171,7 +176,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                     "type": "bridge",
                     "bridge": self.bridge_name,
                     "isGateway": true,
-                    "ipMasq": true,
+                    "ipMasq": false,
                     "hairpinMode": true,
                     "ipam": {
                         "type": "host-local",
@@ -199,7 +204,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
             std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))
         };
         write(p.config_file(), self.render_config())?;
-        write(p.cni_conf_dir().join("10-skiff.conflist"), self.render_cni_conflist())?;
+        write(p.cni_conf_dir().join(CNI_CONFLIST), self.render_cni_conflist())?;
         Ok(())
     }
 }
@@ -220,6 +225,9 @@ fn toml_string(s: &str) -> String {
     out.push('"');
     out
 }
+
+/// File name of the CNI conflist in the managed containerd's CNI config directory.
+const CNI_CONFLIST: &str = "10-skiff.conflist";
 
 /// A containerd process started and restarted by the agent. Dropping it stops supervision and
 /// terminates containerd (containers keep running in their shims and are adopted on the next
@@ -242,6 +250,7 @@ impl ManagedContainerd {
     pub async fn start(config: ContainerdConfig) -> Result<Self, Error> {
         config.write_files()?;
         remove_stale_bridge(&config.bridge_name, &config.pod_cidr).await;
+        ensure_pod_masquerade(&config.pod_cidr).await;
         let config = Arc::new(config);
         let (stop, stop_rx) = watch::channel(false);
         let socket = config.paths.socket();
@@ -282,18 +291,21 @@ impl ManagedContainerd {
         &self.config
     }
 
-    /// Stops supervision and terminates containerd (SIGTERM, SIGKILL after 10 s).
+    /// Stops supervision and terminates containerd (SIGTERM, SIGKILL after 10 s), and removes
+    /// the pod network's masquerade rule.
     pub async fn shutdown(&mut self) {
         let _ = self.stop.send(true);
         if let Some(handle) = self.supervisor.take() {
             let _ = handle.await;
         }
+        remove_pod_masquerade(&self.config.pod_cidr);
     }
 }
 
 impl Drop for ManagedContainerd {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        remove_pod_masquerade(&self.config.pod_cidr);
     }
 }
 
@@ -380,6 +392,85 @@ pub fn bridge_gateway(pod_cidr: &str) -> Option<String> {
     Some(format!("{}/{prefix}", std::net::Ipv4Addr::from((u32::from(addr) & mask) + 1)))
 }
 
+/// The node-wide NAT rule (table `nat`) for traffic leaving the pod network, as `iptables`
+/// arguments after the operation (`-C`, `-A`, `-D`): `POSTROUTING -s POD_CIDR ! -d POD_CIDR
+/// -j MASQUERADE` with a comment naming skiff. It replaces the CNI bridge plugin's per-pod
+/// `ipMasq` chains (see [`ContainerdConfig::render_cni_conflist`]).
+pub fn masquerade_rule(pod_cidr: &str) -> Vec<String> {
+    let comment = format!("skiff: masquerade traffic leaving pod network {pod_cidr}");
+    [
+        "POSTROUTING",
+        "-s",
+        pod_cidr,
+        "!",
+        "-d",
+        pod_cidr,
+        "-m",
+        "comment",
+        "--comment",
+        comment.as_str(),
+        "-j",
+        "MASQUERADE",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn iptables(op: &str, pod_cidr: &str) -> Option<bool> {
+    let status = std::process::Command::new("iptables")
+        .args(["-w", "-t", "nat", op])
+        .args(masquerade_rule(pod_cidr))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    Some(status.success())
+}
+
+/// Adds [`masquerade_rule`] unless it is there already. Returns whether the rule is in place;
+/// a missing `iptables` binary is logged, not an error (pods then reach only the node and
+/// each other).
+pub async fn ensure_pod_masquerade(pod_cidr: &str) -> bool {
+    let cidr = pod_cidr.to_string();
+    let outcome = tokio::task::spawn_blocking(move || match iptables("-C", &cidr) {
+        Some(true) => Some(true),
+        Some(false) => Some(iptables("-A", &cidr) == Some(true)),
+        None => None,
+    })
+    .await
+    .ok()
+    .flatten();
+    match outcome {
+        Some(true) => true,
+        Some(false) => {
+            tracing::warn!(pod_cidr, "adding the pod network's masquerade rule failed");
+            false
+        }
+        None => {
+            tracing::warn!(pod_cidr, "no iptables binary: pod traffic leaving the node is not masqueraded");
+            false
+        }
+    }
+}
+
+/// Removes [`masquerade_rule`] (every copy of it). Blocking: runs `iptables` (a few ms).
+pub fn remove_pod_masquerade(pod_cidr: &str) {
+    for _ in 0..8 {
+        if iptables("-D", pod_cidr) != Some(true) {
+            break;
+        }
+    }
+}
+
+/// The pod CIDR of the CNI conflist written by [`ContainerdConfig::write_files`] for the
+/// containerd under `paths`, if there is one.
+pub fn written_pod_cidr(paths: &ContainerdPaths) -> Option<String> {
+    let text = std::fs::read_to_string(paths.cni_conf_dir().join(CNI_CONFLIST)).ok()?;
+    let conf: serde_json::Value = serde_json::from_str(&text).ok()?;
+    conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"].as_str().map(str::to_string)
+}
+
 /// The IPv4 addresses (`ADDRESS/PREFIX`) in `ip -j -4 addr show` output.
 fn ipv4_addresses(ip_json: &str) -> Vec<String> {
     let v: serde_json::Value = serde_json::from_str(ip_json).unwrap_or_default();
@@ -447,12 +538,30 @@ mod tests {
     }
 
     #[test]
+    fn the_written_conflist_gives_back_its_pod_cidr() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c = ContainerdConfig::for_data_dir(dir.path(), "10.42.9.0/24", "skiff.local/pause:3.9");
+        assert_eq!(written_pod_cidr(&c.paths), None, "nothing written yet");
+        c.write_files().expect("write files");
+        assert_eq!(written_pod_cidr(&c.paths).as_deref(), Some("10.42.9.0/24"));
+    }
+
+    #[test]
+    fn masquerade_rule_covers_traffic_leaving_the_pod_cidr() {
+        let rule = masquerade_rule("10.42.7.0/24").join(" ");
+        assert!(rule.starts_with("POSTROUTING -s 10.42.7.0/24 ! -d 10.42.7.0/24 "), "{rule}");
+        assert!(rule.ends_with("-j MASQUERADE"), "{rule}");
+        assert!(rule.contains("skiff: masquerade traffic leaving pod network 10.42.7.0/24"), "{rule}");
+    }
+
+    #[test]
     fn cni_conflist_uses_the_pod_cidr_with_portmap() {
         let conf: serde_json::Value = serde_json::from_str(&cfg().render_cni_conflist()).unwrap_or_default();
         assert_eq!(conf["plugins"][0]["type"], "bridge");
         assert_eq!(conf["plugins"][0]["bridge"], "skiff0");
         assert_eq!(conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], "10.42.0.0/24");
         assert_eq!(conf["plugins"][1]["type"], "portmap");
+        assert_eq!(conf["plugins"][0]["ipMasq"], false, "one node-wide masquerade rule instead of a chain per pod");
     }
 
     #[test]

@@ -100,10 +100,15 @@ fn cmdline_mentions(pid: i32, dir: &str) -> bool {
 /// Stops what a node agent with data directory `data_dir` left on this host: SIGKILL to every
 /// process whose command line names the directory (containerd, its shims) or that lives in a
 /// network namespace bind-mounted under it (the pods' containers), then detaches every mount
-/// under it, deepest first. The calling process is never killed. Needs root; errors are
-/// skipped (what could not be done is simply missing from the report).
+/// under it, deepest first, and removes the pod network's masquerade rule. The calling process
+/// is never killed. Needs root; errors are skipped (what could not be done is simply missing
+/// from the report).
 pub fn killall(data_dir: &Path) -> KillallReport {
     let mut report = KillallReport::default();
+    let paths = crate::containerd::ContainerdPaths::new(data_dir.join("agent").join("containerd"));
+    if let Some(cidr) = crate::containerd::written_pod_cidr(&paths) {
+        crate::containerd::remove_pod_masquerade(&cidr);
+    }
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let needle = dir.to_string_lossy().into_owned();
     let mounts =

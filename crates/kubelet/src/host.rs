@@ -79,7 +79,7 @@ pub trait PodHost: Send + Sync + 'static {
 /// [`PodHost`] over the Kubernetes API.
 pub struct ApiPodHost {
     client: Client,
-    events: mpsc::Sender<(Pod, PodEvent)>,
+    events: mpsc::Sender<(Pod, PodEvent, Timestamp)>,
 }
 
 impl ApiPodHost {
@@ -172,7 +172,8 @@ impl PodHost for ApiPodHost {
     }
 
     fn record_event(&self, pod: &Pod, event: PodEvent) {
-        if self.events.try_send((pod.clone(), event)).is_err() {
+        // Stamped now, when it happened, not when the poster gets to it.
+        if self.events.try_send((pod.clone(), event, Timestamp::now())).is_err() {
             tracing::debug!("event queue full; dropping an event");
         }
     }
@@ -210,14 +211,22 @@ pub fn event_object(pod: &Pod, event: &PodEvent, node_name: &str, now: Timestamp
     }
 }
 
-async fn post_events(client: Client, node_name: String, mut rx: mpsc::Receiver<(Pod, PodEvent)>) {
-    while let Some((pod, event)) = rx.recv().await {
-        let ev = event_object(&pod, &event, &node_name, Timestamp::now());
-        let api: Api<Event> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
-            tracing::debug!(error = %e, reason = %event.reason, "posting event failed");
-        }
-    }
+/// Posts queued events, up to 8 at once (a burst of pod starts queues several per pod).
+async fn post_events(client: Client, node_name: String, rx: mpsc::Receiver<(Pod, PodEvent, Timestamp)>) {
+    use futures::StreamExt;
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+        .for_each_concurrent(8, |(pod, event, at)| {
+            let client = client.clone();
+            let node_name = node_name.clone();
+            async move {
+                let ev = event_object(&pod, &event, &node_name, at);
+                let api: Api<Event> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
+                if let Err(e) = api.create(&PostParams::default(), &ev).await {
+                    tracing::debug!(error = %e, reason = %event.reason, "posting event failed");
+                }
+            }
+        })
+        .await;
 }
 
 #[cfg(test)]

@@ -71,6 +71,21 @@ pub fn parallel_pod_starts() -> usize {
     (cpus * 2).clamp(2, 16)
 }
 
+/// Whether a new version of a pod asks its worker for a sync: a change of spec, labels,
+/// annotations, deletion timestamp or grace period, or of the phase (set by someone else, e.g.
+/// Failed by an eviction). Other status changes, including the kubelet's own status writes
+/// coming back through the watch, and resourceVersion/managedFields bumps do not, like the
+/// upstream kubelet's pod config, which hands its pod workers only such changes.
+fn needs_sync(old: &Pod, new: &Pod) -> bool {
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    old.spec != new.spec
+        || old.metadata.labels != new.metadata.labels
+        || old.metadata.annotations != new.metadata.annotations
+        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+        || old.metadata.deletion_grace_period_seconds != new.metadata.deletion_grace_period_seconds
+        || phase(old) != phase(new)
+}
+
 #[derive(Clone)]
 enum PodUpdate {
     /// The pod as the API has it now.
@@ -142,7 +157,17 @@ impl PodWorkers {
         if let Some(w) = workers.get(&uid)
             && !w.task.is_finished()
         {
-            let _ = w.updates.send(PodUpdate::Sync(pod));
+            // The newest version is always stored (the next sync reads it); the worker is
+            // woken only when something it acts on changed. The kubelet's own status writes
+            // come back through the watch and would otherwise cost a full sync each.
+            w.updates.send_if_modified(|current| {
+                let wake = match current {
+                    PodUpdate::Sync(old) => needs_sync(old, &pod),
+                    PodUpdate::Removed(_) => true,
+                };
+                *current = PodUpdate::Sync(pod);
+                wake
+            });
             return;
         }
         let (tx, rx) = watch::channel(PodUpdate::Sync(pod));
@@ -1107,6 +1132,40 @@ async fn publish_status(inner: &Inner, st: &mut WorkerState, pod: &Pod, rt: &Run
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_changes_the_worker_acts_on_ask_for_a_sync() {
+        let mut pod = Pod::default();
+        pod.metadata.resource_version = Some("1".into());
+        pod.spec = Some(Default::default());
+        let mut status_only = pod.clone();
+        status_only.metadata.resource_version = Some("2".into());
+        status_only.status =
+            Some(k8s_openapi::api::core::v1::PodStatus { pod_ip: Some("10.0.0.5".into()), ..Default::default() });
+        assert!(!needs_sync(&pod, &status_only), "a status write without a phase change");
+        let mut running = status_only;
+        if let Some(s) = running.status.as_mut() {
+            s.phase = Some("Running".into());
+        }
+        assert!(!needs_sync(&running, &running.clone()));
+        let mut failed = running.clone();
+        if let Some(s) = failed.status.as_mut() {
+            s.phase = Some("Failed".into());
+        }
+        assert!(needs_sync(&running, &failed), "a phase set by someone else");
+        let mut deleted = pod.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()));
+        assert!(needs_sync(&pod, &deleted));
+        let mut changed = pod.clone();
+        if let Some(s) = changed.spec.as_mut() {
+            s.active_deadline_seconds = Some(5);
+        }
+        assert!(needs_sync(&pod, &changed));
+        let mut labelled = pod.clone();
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert!(needs_sync(&pod, &labelled));
+    }
 
     #[test]
     fn restart_policy_decides_restarts() {

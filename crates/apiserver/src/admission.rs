@@ -72,10 +72,12 @@ pub trait Admission: Send + Sync + 'static {
     }
 
     /// [`Admission::validate`], appending warnings as [`Admission::mutate_collecting`] does.
+    /// `obj` is lent mutably only so that a chain can move it into its request instead of
+    /// copying it; it is handed back unchanged.
     async fn validate_collecting(
         &self,
         attrs: &Attributes<'_>,
-        obj: &Value,
+        obj: &mut Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
         let _ = warnings;

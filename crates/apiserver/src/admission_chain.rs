@@ -452,7 +452,9 @@ impl Admission for ChainAdmission {
     }
 
     async fn validate(&self, attrs: &Attributes<'_>, obj: &Value) -> Result<(), ApiError> {
-        self.validate_collecting(attrs, obj, &mut Vec::new()).await
+        // A delete's request carries no object: nothing to copy then.
+        let mut obj = if attrs.operation == Operation::Delete { Value::Null } else { obj.clone() };
+        self.validate_collecting(attrs, &mut obj, &mut Vec::new()).await
     }
 
     async fn mutate_collecting(
@@ -477,14 +479,27 @@ impl Admission for ChainAdmission {
     async fn validate_collecting(
         &self,
         attrs: &Attributes<'_>,
-        obj: &Value,
+        obj: &mut Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
         let Some(user) = attrs.user.filter(|_| !self.empty) else { return Ok(()) };
-        let object = if attrs.operation == Operation::Delete { None } else { Some(obj) };
-        let req = admission_request(attrs, user, object);
-        warnings.extend(self.chain.validate(&req).await?.warnings);
-        self.charge_quotas(&req).await
+        // The request holds the object while the plugins read it (moved, not copied) and
+        // gives it back whatever they answer.
+        let mut req = admission_request(attrs, user, None);
+        if attrs.operation != Operation::Delete {
+            req.object = Some(std::mem::take(obj));
+        }
+        let result = match self.chain.validate(&req).await {
+            Ok(feedback) => {
+                warnings.extend(feedback.warnings);
+                self.charge_quotas(&req).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Some(o) = req.object.take() {
+            *obj = o;
+        }
+        result
     }
 }
 

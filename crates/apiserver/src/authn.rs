@@ -89,11 +89,11 @@ pub(crate) fn cache_objects(state: &AppState, storage: &str, prefix_tail: &str) 
 
 /// One object from a watch cache (`ns` empty for cluster-scoped objects).
 pub(crate) fn cache_get(state: &AppState, storage: &str, ns: &str, name: &str) -> Option<Value> {
-    let key = if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") };
-    cache_objects(state, storage, &key)
-        .into_iter()
-        .find(|o| o["metadata"]["name"].as_str() == Some(name))
-        .map(|o| (*o).clone())
+    let cache = state.caches.get(storage)?;
+    // One key lookup: no snapshot of the prefix (nor a subscription to it) per call.
+    let key =
+        if ns.is_empty() { format!("/registry/{storage}/{name}") } else { format!("/registry/{storage}/{ns}/{name}") };
+    cache.get(&key).map(|o| (*o).clone())
 }
 
 /// `--service-account-lookup`: token validation checks the service account and bound objects

@@ -116,7 +116,7 @@ impl Admission for NodeRestrictionAdmission {
     async fn validate_collecting(
         &self,
         attrs: &AdmissionAttributes<'_>,
-        obj: &Value,
+        obj: &mut Value,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
         if attrs.operation == Operation::Delete {

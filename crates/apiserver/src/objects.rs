@@ -606,7 +606,7 @@ impl Objects {
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
         }
-        self.admission.validate_collecting(&attrs, &obj, &mut warnings).await?;
+        self.admission.validate_collecting(&attrs, &mut obj, &mut warnings).await?;
         self.check_global_default(def, &obj).await?;
         if let Some(manager) = &opts.field_manager {
             crate::managedfields::record_update(def, None, manager, None, &mut obj);
@@ -708,7 +708,7 @@ impl Objects {
                     return Err(ApiError::invalid(def.group, def.kind, name, causes));
                 }
             }
-            self.admission.validate_collecting(&attrs, &new, &mut warnings).await?;
+            self.admission.validate_collecting(&attrs, &mut new, &mut warnings).await?;
             self.check_global_default(def, &new).await?;
             if let Some(manager) = &opts.field_manager {
                 crate::managedfields::record_update(def, subresource, manager, Some(&old), &mut new);

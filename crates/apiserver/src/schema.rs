@@ -4,15 +4,17 @@
 //! raw bytes finds duplicate ones, for `fieldValidation=Strict|Warn`
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>).
 
-use std::cell::RefCell;
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::fmt::Write as _;
 
 use serde::Serialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, String> {
-    let typed: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+    // Deserializing from `&Value` reads the tree in place (no deep copy of the request).
+    let typed = T::deserialize(v).map_err(|e| e.to_string())?;
     serde_json::to_value(&typed).map_err(|e| e.to_string())
 }
 
@@ -71,30 +73,46 @@ pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Va
 /// values are not reported (they decode to "unset").
 pub fn unknown_fields(input: &Value, typed: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    diff(input, typed, "", &mut out);
+    diff(input, typed, &mut String::new(), &mut out);
     out
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+/// Appends `.key` (or `key` at the root) to `path`.
+fn push_key(path: &mut String, key: &str) {
+    if !path.is_empty() {
+        path.push('.');
+    }
+    path.push_str(key);
 }
 
-fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+/// Walks `input` beside `typed` with one path buffer (grown and truncated on the way, so a
+/// path string is only allocated for a field that is reported).
+fn diff(input: &Value, typed: &Value, path: &mut String, out: &mut Vec<String>) {
     match (input, typed) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in a {
                 if v.is_null() {
                     continue;
                 }
+                let len = path.len();
+                push_key(path, k);
                 match b.get(k) {
-                    None => out.push(join(path, k)),
-                    Some(t) => diff(v, t, &join(path, k), out),
+                    None => out.push(path.clone()),
+                    Some(t) if t.is_object() || t.is_array() => diff(v, t, path, out),
+                    Some(_) => {}
                 }
+                path.truncate(len);
             }
         }
         (Value::Array(a), Value::Array(b)) => {
             for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
-                diff(x, y, &format!("{path}[{i}]"), out);
+                if !(x.is_object() || x.is_array()) {
+                    continue;
+                }
+                let len = path.len();
+                let _ = write!(path, "[{i}]");
+                diff(x, y, path, out);
+                path.truncate(len);
             }
         }
         _ => {}
@@ -103,16 +121,19 @@ fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
 
 /// Paths of keys that appear twice in one JSON object of `raw` (which must be valid JSON).
 pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
-    let dups = RefCell::new(Vec::new());
+    let mut state = WalkState { path: String::new(), dups: Vec::new() };
     let mut de = serde_json::Deserializer::from_slice(raw);
-    let _ = Walk { path: String::new(), dups: &dups }.deserialize(&mut de);
-    dups.into_inner()
+    let _ = Walk(&mut state).deserialize(&mut de);
+    state.dups
 }
 
-struct Walk<'a> {
+/// The current path (one buffer for the whole walk) and the duplicates found.
+struct WalkState {
     path: String,
-    dups: &'a RefCell<Vec<String>>,
+    dups: Vec<String>,
 }
+
+struct Walk<'a>(&'a mut WalkState);
 
 impl<'de> DeserializeSeed<'de> for Walk<'_> {
     type Value = ();
@@ -148,22 +169,58 @@ impl<'de> Visitor<'de> for Walk<'_> {
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let st = self.0;
         let mut i = 0;
-        while seq.next_element_seed(Walk { path: format!("{}[{i}]", self.path), dups: self.dups })?.is_some() {
+        loop {
+            let len = st.path.len();
+            let _ = write!(st.path, "[{i}]");
+            let more = seq.next_element_seed(Walk(&mut *st))?.is_some();
+            st.path.truncate(len);
+            if !more {
+                return Ok(());
+            }
             i += 1;
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let st = self.0;
+        let mut seen: HashSet<Cow<'de, str>> = HashSet::new();
+        while let Some(k) = map.next_key_seed(KeySeed)? {
+            let len = st.path.len();
+            push_key(&mut st.path, &k);
+            if !seen.insert(k) {
+                st.dups.push(st.path.clone());
+            }
+            map.next_value_seed(Walk(&mut *st))?;
+            st.path.truncate(len);
         }
         Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = HashSet::new();
-        while let Some(k) = map.next_key::<String>()? {
-            let p = join(&self.path, &k);
-            if !seen.insert(k) {
-                self.dups.borrow_mut().push(p.clone());
-            }
-            map.next_value_seed(Walk { path: p, dups: self.dups })?;
-        }
-        Ok(())
+}
+
+/// An object key, borrowed from the input unless it has escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
     }
 }
 

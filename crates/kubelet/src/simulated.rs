@@ -195,6 +195,9 @@ impl IpPool {
 struct SimNode {
     name: String,
     ips: IpPool,
+    /// When the node's conditions last changed status (registration, or the node found not
+    /// Ready): the `lastTransitionTime` its status reports keep.
+    conditions_since: Timestamp,
 }
 
 /// State shared by the watchers and workers.
@@ -229,12 +232,13 @@ impl SimulatedNodes {
         let mut uids: Vec<Option<String>> = vec![None; cfg.count];
         let mut pending: Vec<usize> = (0..cfg.count).collect();
         let mut delay = Duration::from_millis(200);
+        let registered_at = Timestamp::now();
         while !pending.is_empty() {
             let results: Vec<(usize, Result<Node, Error>)> = futures::stream::iter(pending.iter().copied())
                 .map(|i| {
                     let api = nodes_api.clone();
                     let node =
-                        cfg.template(i).to_node(node::node_conditions(&NodeHealth::default(), Timestamp::now(), &[]));
+                        cfg.template(i).to_node(node::node_conditions(&NodeHealth::default(), registered_at, &[]));
                     async move { (i, node::register_node(&api, &node).await) }
                 })
                 .buffer_unordered(32)
@@ -262,7 +266,12 @@ impl SimulatedNodes {
             names.iter().zip(uids).map(|(n, node_uid)| LeaseHolder { node_name: n.clone(), node_uid }).collect();
         let state = Arc::new(State {
             by_name: names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect(),
-            nodes: Mutex::new(names.iter().map(|n| SimNode { name: n.clone(), ips: IpPool::default() }).collect()),
+            nodes: Mutex::new(
+                names
+                    .iter()
+                    .map(|n| SimNode { name: n.clone(), ips: IpPool::default(), conditions_since: registered_at })
+                    .collect(),
+            ),
             pods: Mutex::new(HashMap::new()),
             pod_ips: Mutex::new(HashMap::new()),
             pod_queue: Arc::new(WorkQueue::new()),
@@ -361,7 +370,9 @@ async fn watch_pods(state: Arc<State>) {
     }
 }
 
-fn apply_pod(state: &State, pod: Pod) {
+fn apply_pod(state: &State, mut pod: Pod) {
+    // Kept until the pod is gone: without managedFields, which nothing here reads.
+    pod.metadata.managed_fields = None;
     let Some(node_idx) = pod_node(&pod).and_then(|n| state.by_name.get(n)).copied() else { return };
     // Adopt an IP reported earlier (e.g. by a previous run of this process).
     if let (Some(uid), Some(ip)) = (pod.metadata.uid.clone(), pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()))
@@ -590,7 +601,9 @@ async fn watch_nodes(state: Arc<State>) {
             .map(|c| c.status == "True")
             .unwrap_or(false);
         if !ready {
-            // E.g. the node lifecycle controller marked it Unknown while we were away.
+            // E.g. the node lifecycle controller marked it Unknown while we were away: Ready
+            // again from now on.
+            state.nodes.lock()[i].conditions_since = Timestamp::now();
             state.node_queue.add(i);
         }
     }
@@ -614,8 +627,11 @@ async fn node_worker(state: Arc<State>) {
     let api: Api<Node> = Api::all(state.client.clone());
     loop {
         let i = state.node_queue.get().await;
-        let (name, template) = (state.nodes.lock()[i].name.clone(), state.cfg.template(i));
-        let status = template.status(node::node_conditions(&NodeHealth::default(), Timestamp::now(), &[]));
+        let (name, since) = {
+            let nodes = state.nodes.lock();
+            (nodes[i].name.clone(), nodes[i].conditions_since)
+        };
+        let status = state.cfg.template(i).status(reported_conditions(since, Timestamp::now()));
         let patch = serde_json::json!({ "status": status });
         let result = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
         state.node_queue.done(&i);
@@ -630,6 +646,13 @@ async fn node_worker(state: Arc<State>) {
             }
         }
     }
+}
+
+/// A healthy simulated node's conditions at `now`: heartbeats at `now`, transitions at `since`
+/// (a kubelet keeps `lastTransitionTime` while a condition's status does not change).
+fn reported_conditions(since: Timestamp, now: Timestamp) -> Vec<k8s_openapi::api::core::v1::NodeCondition> {
+    let previous = node::node_conditions(&NodeHealth::default(), since, &[]);
+    node::node_conditions(&NodeHealth::default(), now, &previous)
 }
 
 #[cfg(test)]
@@ -734,5 +757,19 @@ mod tests {
         let cfg =
             SimulatedNodesConfig { count: 10, pod_cidr_base: Ipv4Addr::new(255, 255, 255, 0), ..Default::default() };
         assert!(matches!(cfg.validate(), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn status_reports_keep_the_transition_time_and_move_the_heartbeat() {
+        let since = Timestamp::from_second(1_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let now = Timestamp::from_second(1_300).unwrap_or(Timestamp::UNIX_EPOCH);
+        let conditions = reported_conditions(since, now);
+        assert_eq!(conditions.len(), 4);
+        for c in &conditions {
+            assert_eq!(c.last_transition_time.as_ref().map(|t| t.0), Some(since), "{}", c.type_);
+            assert_eq!(c.last_heartbeat_time.as_ref().map(|t| t.0), Some(now), "{}", c.type_);
+        }
+        let ready = conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.as_str());
+        assert_eq!(ready, Some("True"));
     }
 }

@@ -8,9 +8,14 @@
 //!   one consistent snapshot (SQLite WAL snapshot isolation).
 //! - **Writer thread** (`writer.rs`): owns the only writing connection. Group commit: it takes
 //!   every queued write, checks each in order against an in-memory index of live keys, inserts
-//!   the accepted ones and commits them in one transaction with one fsync of the WAL
-//!   (`synchronous=FULL`); only then does it publish and answer. A rejected compare-and-swap
-//!   fails alone.
+//!   the accepted ones and commits them in one transaction, which writes the WAL without an
+//!   fsync (`synchronous=NORMAL`), and hands the batch to the syncer. A rejected
+//!   compare-and-swap fails alone.
+//! - **Syncer thread** (pipelined group commit): fsyncs the WAL once for every batch committed
+//!   since its previous fsync, then makes their revisions visible (the durable revision bounds
+//!   every read), publishes them to watchers and answers their callers. While it waits for the
+//!   disk the writer already applies and commits the next batches, so the fsync and the CPU
+//!   work overlap instead of adding up.
 //! - **Readers**: a small pool of `query_only` connections used from `spawn_blocking`.
 //! - **Watch hub** (`hub.rs`): the writer hands each committed batch to synced watchers over
 //!   bounded channels; a watcher that is behind (new with an old start revision, or too slow)
@@ -23,9 +28,18 @@
 //!   [`Options::compaction_interval`], to the revision seen at the previous tick (like
 //!   kube-apiserver's `--etcd-compaction-interval`).
 //! - **Checkpointer thread**: copies the WAL into the database file with PASSIVE checkpoints
-//!   off the commit path: when writes pause, or after about 32 MiB of writes while they flow.
+//!   off the commit path: when writes pause (the next write then starts the WAL over), or after
+//!   about 32 MiB of writes while they flow. The writer never checkpoints. SQLite restarts the
+//!   WAL only when a write begins with every frame copied, which never happens while writes
+//!   come back to back: once the WAL reaches 64 MiB the checkpointer catches up until few
+//!   frames are left and asks the writer for a quiet window of at most 4 ms
+//!   (`WAL_RESTART_WINDOW`) in which it copies the rest; if that is not enough (a slow disk),
+//!   the writer goes on and the WAL grows until a later window or the next pause.
+//!   `journal_size_limit` truncates it back to 64 MiB after a restart.
 //!
-//! Durability: a write is acknowledged only after its transaction's WAL frames are fsynced, so
+//! Durability: a write is acknowledged, and visible to any reader or watcher, only after its
+//! transaction's WAL frames are fsynced (by the syncer; a failed fsync fails every later write
+//! until the store is reopened), so
 //! acknowledged writes survive `kill -9` and power loss; SQLite's WAL recovery makes an
 //! interrupted transaction vanish whole. A database is owned by one open backend at a time (an
 //! exclusive lock on `<file>-lock`).
@@ -49,7 +63,7 @@ pub use schema::{PAGE_SIZE, WRITER_PRAGMAS, configure_durable_connection};
 
 use self::hub::{Hub, Register, Status, WATCH_CHANNEL_CAPACITY};
 use self::schema::{Create, OwnerLock, internal};
-use self::writer::{Request, WriteOp, WriteOutcome, Writer, meta, stored_revision};
+use self::writer::{CheckpointerLink, Request, WriteOp, WriteOutcome, Writer, meta};
 use crate::{
     Backend, Error, Event, EventType, KeyValue, MAX_VALUE_BYTES, Options, RangeRequest, RangeResponse, Result,
     Revision, WatchResponse, WatchStream, prefix_range_end,
@@ -66,8 +80,11 @@ const CATCH_UP_BYTES: usize = 4 * 1024 * 1024;
 /// Counters the writer keeps, for `skiff bench store` and for tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SqliteStats {
-    /// Write transactions committed (each is one fsync).
+    /// Write transactions committed (group commits).
     pub batches: u64,
+    /// fsyncs of the WAL by the syncer thread; each makes every batch committed before it
+    /// durable (pipelined group commit: `batches / syncs` batches per fsync).
+    pub syncs: u64,
     /// Writes committed; `writes / batches` is the average group-commit size.
     pub writes: u64,
     /// Compaction transactions run.
@@ -80,34 +97,60 @@ pub struct SqliteStats {
     pub longest_compaction_chunk: Duration,
     /// Background WAL checkpoints run (off the commit path).
     pub checkpoints: u64,
-    /// Checkpoints the writer had to finish itself because the WAL reached 64 MiB.
-    pub forced_checkpoints: u64,
+    /// Quiet windows (at most 4 ms each) the writer gave the checkpointer to copy the last
+    /// frames of a long WAL, so that the next write starts it over.
+    pub restart_windows: u64,
+    /// Restart windows in which the checkpointer copied the whole WAL in time.
+    pub restart_windows_caught_up: u64,
+    /// Times a background checkpoint found the WAL started over since the previous one.
+    pub wal_restarts: u64,
+    /// The longest the WAL was when a background checkpoint ran, in bytes.
+    pub longest_wal_bytes: u64,
     /// The longest a write waited in the writer's queue before its batch started (the writer
-    /// was committing an earlier batch, or running a compaction step, a vacuum step or a
-    /// forced checkpoint).
+    /// was committing an earlier batch, or running a compaction step, a vacuum step or a WAL
+    /// restart window).
     pub longest_queue_wait: Duration,
     /// The longest a write waited in the queue while the writer was busy with background work
-    /// (compaction, vacuum, forced checkpoint) rather than with earlier writes: the stall
+    /// (compaction, vacuum, WAL restart window) rather than with earlier writes: the stall
     /// compaction causes, not counting its effect on the disk.
     pub longest_background_wait: Duration,
-    /// The longest `COMMIT` of a write batch (writing its WAL frames and the fsync).
+    /// The longest `COMMIT` of a write batch (writing its WAL frames) or fsync of the WAL.
     pub longest_commit: Duration,
 }
 
 #[derive(Default)]
 struct Stats {
     batches: AtomicU64,
+    syncs: AtomicU64,
     writes: AtomicU64,
     compaction_chunks: AtomicU64,
     compact_cursor: AtomicI64,
     longest_chunk_micros: AtomicU64,
     checkpoints: AtomicU64,
-    forced_checkpoints: AtomicU64,
+    restart_windows: AtomicU64,
+    restart_windows_caught_up: AtomicU64,
+    wal_restarts: AtomicU64,
+    longest_wal_bytes: AtomicU64,
     /// About how many bytes were committed since the last background checkpoint.
     wal_bytes: AtomicU64,
     longest_queue_wait_micros: AtomicU64,
     longest_background_wait_micros: AtomicU64,
     longest_commit_micros: AtomicU64,
+}
+
+/// When the WAL is started over while writes come back to back (see the module docs).
+#[derive(Debug, Clone, Copy)]
+struct WalRestart {
+    /// WAL length at which the checkpointer asks the writer for a restart window, in bytes.
+    bytes: i64,
+    /// The longest the writer holds its next batch back in such a window.
+    window: Duration,
+}
+
+impl Default for WalRestart {
+    fn default() -> Self {
+        Self { bytes: writer::WAL_RESTART_BYTES, window: writer::WAL_RESTART_WINDOW }
+    }
 }
 
 /// State shared by the backend handle, the writer thread and watch tasks.
@@ -119,8 +162,15 @@ struct Shared {
     compacted_rev: AtomicI64,
     hub: Hub,
     stats: Stats,
-    /// Set by the checkpointer when the WAL keeps growing; the writer then checkpoints itself.
-    force_checkpoint: AtomicBool,
+    /// The syncer thread is fsyncing the WAL (the writer then gathers larger batches).
+    syncing: AtomicBool,
+    /// An fsync of the WAL failed: every later write fails until the store is reopened.
+    sync_failed: AtomicBool,
+    /// Set by the checkpointer when the WAL keeps growing; the writer then opens a restart
+    /// window (see `Writer::maybe_open_restart_window`).
+    restart_requested: AtomicBool,
+    /// When the checkpointer asks for a restart window, and how long the writer waits.
+    wal_restart: WalRestart,
     /// Writes sent to the writer thread and not yet taken into a batch: background work
     /// (compaction, vacuum) ends its transaction early when one is waiting.
     queued_writes: AtomicUsize,
@@ -204,7 +254,10 @@ impl SqliteBackend {
             compacted_rev: AtomicI64::new(0),
             hub: Hub::new(0),
             stats: Stats::default(),
-            force_checkpoint: AtomicBool::new(false),
+            syncing: AtomicBool::new(false),
+            sync_failed: AtomicBool::new(false),
+            restart_requested: AtomicBool::new(false),
+            wal_restart: WalRestart::default(),
             queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
@@ -214,9 +267,17 @@ impl SqliteBackend {
         let mut writer = Writer::load(conn, path, shared.clone(), opts.compaction_interval)?;
         shared.hub.publish(writer.current(), &mut [], &mut |_| Ok(Vec::new()));
 
-        let (ckpt_tx, ckpt_rx) = std::sync::mpsc::sync_channel(1);
-        writer.set_checkpointer(ckpt_tx);
+        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        writer.set_checkpointer(CheckpointerLink { wake, done });
         let ckpt_conn = schema::open_connection(path, true)?;
+        // The WAL exists: the writer's load wrote to it.
+        let wal_path = schema::wal_path(path);
+        let wal = std::fs::File::open(&wal_path)
+            .map_err(|e| Error::Internal(format!("cannot open the write-ahead log {}: {e}", wal_path.display())))?;
+        let sync_conn = schema::open_connection(path, false)?;
+        let (sync_tx, sync_rx) = std::sync::mpsc::channel();
+        writer.set_syncer(sync_tx)?;
         let (tx, rx) = std::sync::mpsc::channel();
         let mut threads = Vec::new();
         let spawn_err = |e: std::io::Error| Error::Internal(format!("cannot start a store thread: {e}"));
@@ -224,15 +285,24 @@ impl SqliteBackend {
         threads.push(
             std::thread::Builder::new()
                 .name("skiff-store-checkpoint".into())
-                .spawn(move || writer::checkpoint_loop(ckpt_conn, ckpt_rx, s))
+                .spawn(move || writer::checkpoint_loop(ckpt_conn, wake_rx, done_tx, s))
                 .map_err(spawn_err)?,
         );
+        let s = shared.clone();
+        let syncer = std::thread::Builder::new()
+            .name("skiff-store-sync".into())
+            .spawn(move || writer::sync_loop(wal, sync_conn, sync_rx, s))
+            .map_err(spawn_err)?;
         threads.push(
             std::thread::Builder::new()
                 .name("skiff-store-writer".into())
                 .spawn(move || {
+                    // Dropping the writer at the end of `run` stops the syncer after its last batch.
                     writer.run(rx);
-                    // The database is released only once the writer has stopped.
+                    if syncer.join().is_err() {
+                        tracing::error!("the store's syncer thread panicked");
+                    }
+                    // The database is released only once the writer and the syncer have stopped.
                     drop(lock);
                 })
                 .map_err(spawn_err)?,
@@ -250,12 +320,16 @@ impl SqliteBackend {
         let s = &self.shared.stats;
         SqliteStats {
             batches: s.batches.load(Ordering::Relaxed),
+            syncs: s.syncs.load(Ordering::Relaxed),
             writes: s.writes.load(Ordering::Relaxed),
             compaction_chunks: s.compaction_chunks.load(Ordering::Relaxed),
             compacted_through: s.compact_cursor.load(Ordering::SeqCst),
             longest_compaction_chunk: Duration::from_micros(s.longest_chunk_micros.load(Ordering::Relaxed)),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
-            forced_checkpoints: s.forced_checkpoints.load(Ordering::Relaxed),
+            restart_windows: s.restart_windows.load(Ordering::Relaxed),
+            restart_windows_caught_up: s.restart_windows_caught_up.load(Ordering::Relaxed),
+            wal_restarts: s.wal_restarts.load(Ordering::Relaxed),
+            longest_wal_bytes: s.longest_wal_bytes.load(Ordering::Relaxed),
             longest_queue_wait: Duration::from_micros(s.longest_queue_wait_micros.load(Ordering::Relaxed)),
             longest_background_wait: Duration::from_micros(s.longest_background_wait_micros.load(Ordering::Relaxed)),
             longest_commit: Duration::from_micros(s.longest_commit_micros.load(Ordering::Relaxed)),
@@ -408,11 +482,15 @@ fn key_string(s: &Shared, bytes: Vec<u8>) -> Result<String> {
 }
 
 fn read_get(s: &Shared, conn: &mut Connection, key: String) -> Result<Option<KeyValue>> {
+    // Rows above the durable revision may be committed to the WAL but not yet fsynced.
+    let durable = s.current_rev.load(Ordering::SeqCst);
     let row: Option<(Revision, Revision, bool, Vec<u8>)> = {
         let mut stmt = conn
-            .prepare_cached("SELECT rev, create_rev, deleted, value FROM kv WHERE key = ?1 ORDER BY rev DESC LIMIT 1")
+            .prepare_cached(
+                "SELECT rev, create_rev, deleted, value FROM kv WHERE key = ?1 AND rev <= ?2 ORDER BY rev DESC LIMIT 1",
+            )
             .map_err(|e| s.err(e))?;
-        let mut rows = stmt.query([key.as_bytes()]).map_err(|e| s.err(e))?;
+        let mut rows = stmt.query(params![key.as_bytes(), durable]).map_err(|e| s.err(e))?;
         match rows.next().map_err(|e| s.err(e))? {
             Some(r) => Some((
                 r.get(0).map_err(|e| s.err(e))?,
@@ -449,9 +527,11 @@ fn range_bounds(prefix: &str, start_after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<RangeResponse> {
+    // The durable revision, read before the snapshot starts so the snapshot holds all of it;
+    // rows above it may be committed to the WAL but not yet fsynced.
+    let current = s.current_rev.load(Ordering::SeqCst);
     let tx = conn.transaction().map_err(|e| s.err(e))?;
     let compacted = meta(&tx, "compacted").map_err(|e| s.err(e))?;
-    let current = stored_revision(&tx).map_err(|e| s.err(e))?;
     let at = if req.revision <= 0 { current } else { req.revision };
     if at > current {
         return Err(Error::FutureRevision { requested: at, current });
@@ -659,21 +739,36 @@ mod tests {
 
     /// Builds a bare writer over a new database, without its thread, to drive batches by hand.
     fn bare_writer(path: &Path) -> Writer {
+        bare_writer_with(path, WalRestart::default())
+    }
+
+    fn bare_writer_with(path: &Path, wal_restart: WalRestart) -> Writer {
         schema::prepare(path, Create::IfMissing).expect("create");
-        let shared = Arc::new(Shared {
+        let mut shared = bare_shared(path);
+        if let Some(s) = Arc::get_mut(&mut shared) {
+            s.wal_restart = wal_restart;
+        }
+        Writer::load(schema::open_connection(path, true).expect("conn"), path, shared, None).expect("load")
+    }
+
+    fn bare_shared(path: &Path) -> Arc<Shared> {
+        let wal_restart = WalRestart::default();
+        Arc::new(Shared {
             path: path.to_path_buf(),
             current_rev: AtomicI64::new(0),
             compacted_rev: AtomicI64::new(0),
             hub: Hub::new(0),
             stats: Stats::default(),
-            force_checkpoint: AtomicBool::new(false),
+            syncing: AtomicBool::new(false),
+            sync_failed: AtomicBool::new(false),
+            restart_requested: AtomicBool::new(false),
+            wal_restart,
             queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
             readers_closed: AtomicBool::new(false),
             read_permits: tokio::sync::Semaphore::new(MAX_READERS),
             progress_interval: Duration::from_secs(1),
-        });
-        Writer::load(schema::open_connection(path, true).expect("conn"), path, shared, None).expect("load")
+        })
     }
 
     type Reply = oneshot::Receiver<Result<WriteOutcome>>;
@@ -965,6 +1060,104 @@ mod tests {
         assert_eq!((mode.as_str(), sync), ("wal", 2));
         let page_size: i64 = w.conn.query_row("PRAGMA page_size", [], |r| r.get(0)).expect("page_size");
         assert_eq!(page_size, schema::PAGE_SIZE);
+    }
+
+    fn wal_frames(path: &Path) -> i64 {
+        let conn = Connection::open(path).expect("open");
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1)).expect("checkpoint")
+    }
+
+    #[test]
+    fn a_wal_growing_under_back_to_back_writes_is_started_over_in_a_restart_window() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        // A 256 KiB restart length, and a window long enough for any disk: this test is about
+        // the mechanism, not its timing.
+        let restart = WalRestart { bytes: 256 * 1024, window: Duration::from_secs(60) };
+        let mut w = bare_writer_with(&path, restart);
+        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        w.set_checkpointer(CheckpointerLink { wake, done });
+        let conn = schema::open_connection(&path, true).expect("checkpointer connection");
+        let shared = w.shared.clone();
+        let checkpointer = std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared));
+        // Batches back to back, as the writer thread runs them under load: the WAL is never
+        // fully copied between two commits by itself.
+        let value = "v".repeat(2048);
+        let mut longest = 0;
+        for round in 0..20_000 {
+            let ops = (0..16).map(|i| put(&format!("/k/{round}/{i}"), &value)).collect();
+            w.commit_batch(batch(ops).0);
+            w.maybe_open_restart_window();
+            let s = w.shared.stats.wal_restarts.load(Ordering::Relaxed);
+            longest = longest.max(w.shared.stats.longest_wal_bytes.load(Ordering::Relaxed));
+            if s >= 2 {
+                break;
+            }
+        }
+        let stats = &w.shared.stats;
+        assert!(stats.restart_windows_caught_up.load(Ordering::Relaxed) >= 1, "a window let the checkpoint finish");
+        assert!(stats.wal_restarts.load(Ordering::Relaxed) >= 2, "the WAL started over (longest {longest} bytes)");
+        let frames = wal_frames(&path);
+        drop(w);
+        checkpointer.join().expect("the checkpointer stops with the writer");
+        assert!(
+            frames * 2048 < 64 * 1024 * 1024,
+            "the WAL stays far below the old forced-checkpoint size ({frames} frames)"
+        );
+    }
+
+    #[test]
+    fn a_committed_batch_is_neither_visible_nor_answered_before_the_syncer_fsyncs_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let mut w = bare_writer(&path);
+        let (tx, rx) = std::sync::mpsc::channel();
+        w.set_syncer(tx).expect("syncer");
+        let sync: i64 = w.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).expect("synchronous");
+        assert_eq!(sync, 1, "with a syncer, a COMMIT only writes the WAL (NORMAL)");
+        let (reqs, mut replies) = batch(vec![put("/a", "1")]);
+        w.commit_batch(reqs);
+        assert_eq!(w.current(), 2, "committed to the WAL");
+        let mut conn = schema::open_connection(&path, false).expect("reader");
+        assert_eq!(read_get(&w.shared, &mut conn, "/a".into()).expect("get"), None, "invisible before its fsync");
+        let listed = read_range(&w.shared, &mut conn, &RangeRequest { prefix: "/".into(), ..Default::default() });
+        assert!(listed.expect("range").kvs.is_empty(), "ranges do not see it either");
+        assert!(replies[0].try_recv().is_err(), "not answered before its fsync");
+        assert_eq!(w.shared.current_rev.load(Ordering::SeqCst), 1);
+        // The syncer takes the batch, fsyncs the WAL, then publishes and answers it.
+        let shared = w.shared.clone();
+        let wal = std::fs::File::open(schema::wal_path(&path)).expect("wal");
+        let sync_conn = schema::open_connection(&path, false).expect("syncer connection");
+        let syncer = std::thread::spawn(move || writer::sync_loop(wal, sync_conn, rx, shared));
+        drop(w);
+        syncer.join().expect("the syncer ends after the writer");
+        assert!(matches!(replies[0].try_recv(), Ok(Ok(WriteOutcome::Put(2)))));
+        let shared = bare_shared(&path);
+        shared.current_rev.store(2, Ordering::SeqCst);
+        let got = read_get(&shared, &mut conn, "/a".into()).expect("get").expect("visible after its fsync");
+        assert_eq!(got.mod_revision, 2);
+    }
+
+    #[test]
+    fn a_restart_window_ends_when_the_checkpointer_does_not_answer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let mut w = bare_writer_with(&path, WalRestart { bytes: 1024, window: Duration::from_millis(1) });
+        // A checkpointer that never answers: the writer must not wait for it beyond its window.
+        let (wake, _wake_rx) = std::sync::mpsc::sync_channel(1);
+        let (_done_tx, done) = std::sync::mpsc::channel();
+        w.set_checkpointer(CheckpointerLink { wake, done });
+        w.shared.restart_requested.store(true, Ordering::SeqCst);
+        w.maybe_open_restart_window();
+        let stats = &w.shared.stats;
+        assert_eq!(stats.restart_windows.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.restart_windows_caught_up.load(Ordering::Relaxed), 0);
+        assert!(!w.shared.restart_requested.load(Ordering::SeqCst), "the request was served");
+        // Writes go on afterwards.
+        let (reqs, mut replies) = batch(vec![put("/after", "1")]);
+        w.commit_batch(reqs);
+        assert!(matches!(replies[0].try_recv(), Ok(Ok(WriteOutcome::Put(_)))));
     }
 
     #[test]

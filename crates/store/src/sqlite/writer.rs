@@ -5,14 +5,17 @@
 //! requests waiting in its queue (up to [`MAX_BATCH_OPS`] / [`MAX_BATCH_BYTES`]), validates each
 //! in order against the index of live keys (`key → (create_revision, mod_revision)`, updated as
 //! the batch proceeds so later writes in a batch see earlier ones), inserts one history row per
-//! accepted write, and commits the batch as one transaction with one fsync of the WAL. Only then
-//! are the revisions published to watchers and the callers answered. A rejected write (conflict,
+//! accepted write, and commits the batch as one transaction. With the syncer thread attached
+//! (always, except in unit tests) the commit only writes the WAL and the syncer fsyncs it for
+//! every batch committed meanwhile (see [`sync_loop`]); only then are the revisions made visible,
+//! published to watchers and the callers answered. A rejected write (conflict,
 //! exists, not found) is answered with its error and does not affect the rest of the batch; a
 //! database failure fails the whole batch, rolls the index back and reloads it from disk.
 //!
-//! A batch waits up to [`GATHER_WAIT`] for more writes only when the previous batch was large
-//! and this one is still much smaller (the writers just answered are sending their next
-//! writes); a lone writer never waits.
+//! A batch waits up to [`GATHER_WAIT`] for more writes only when the previous batch was large,
+//! this one is still much smaller (the writers just answered are sending their next writes)
+//! and the syncer is busy with an fsync (committing sooner would not make it durable sooner);
+//! a lone writer never waits.
 //!
 //! Compaction runs on the same thread between batches in transactions bounded in time
 //! ([`COMPACTION_CHUNK_BUDGET`] of deletes, by revision, the table's primary key), each followed
@@ -64,15 +67,27 @@ const BACKGROUND_PAUSE_MAX: Duration = Duration::from_millis(20);
 const BACKGROUND_PAUSE_FACTOR: u32 = 4;
 /// How often the checkpointer thread copies new WAL frames into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
-/// WAL length at which the writer finishes a checkpoint itself: the background checkpointer
-/// cannot reset a WAL that the writer never stops appending to.
-const WAL_FORCE_CHECKPOINT_BYTES: i64 = 64 * 1024 * 1024;
-/// The checkpointer asks the writer to finish a checkpoint only after one of its own copied at
-/// most this many new frames (about 1 MiB of 2 KiB pages), which the writer's then roughly
-/// repeats: frames written meanwhile plus one fsync of the database file.
-const FORCE_CATCH_UP_FRAMES: i64 = 512;
-/// At most this many catch-up checkpoints in a row (writes may outrun them).
+/// WAL length at which the checkpointer asks for a WAL restart. SQLite starts the WAL over only
+/// when a write transaction begins while every frame of it is already copied into the database
+/// file, which never happens while the writer commits back to back: the checkpointer then asks
+/// the writer for a quiet window of at most [`WAL_RESTART_WINDOW`] (see
+/// [`Writer::maybe_open_restart_window`]). The writer never checkpoints itself.
+pub(super) const WAL_RESTART_BYTES: i64 = 64 * 1024 * 1024;
+/// The longest the writer holds its next batch back so that the checkpointer can copy the last
+/// WAL frames: the whole stall a WAL restart may cause. When the checkpoint does not finish in
+/// time the writer goes on and the WAL keeps growing until the next window or the next pause
+/// in writes.
+pub(super) const WAL_RESTART_WINDOW: Duration = Duration::from_millis(4);
+/// The checkpointer asks for a restart window only after one of its own checkpoints copied at
+/// most this many new frames (about 1 MiB of 2 KiB pages), so that the final one fits the
+/// window: what is written meanwhile plus one fsync of the database file.
+const RESTART_CATCH_UP_FRAMES: i64 = 512;
+/// At most this many catch-up checkpoints in a row before asking for a window anyway (writes
+/// may outrun them; a window that is too short only costs [`WAL_RESTART_WINDOW`]).
 const MAX_CATCH_UP_CHECKPOINTS: u32 = 16;
+/// At least this long between two restart windows: with a disk too slow for the window, the
+/// writer loses at most a few per cent of its time to them.
+const WAL_RESTART_MIN_GAP: Duration = Duration::from_millis(100);
 /// While writes keep coming, the checkpointer waits until about this many bytes were written
 /// since its last checkpoint: checkpointing every few batches copies the same hot pages (index
 /// pages, the newest table page) into the database file again and again, doubling the disk
@@ -147,8 +162,14 @@ pub(super) struct Writer {
     pub(super) compact_cursor: Revision,
     pub(super) shared: Arc<Shared>,
     compaction_interval: Option<Duration>,
-    /// Dropped with the writer, which stops the checkpointer thread.
-    checkpoint_tx: Option<std::sync::mpsc::SyncSender<()>>,
+    /// The syncer thread, which fsyncs the WAL for committed batches and then publishes and
+    /// answers them; `None` (tests driving a bare writer) commits with `synchronous=FULL` and
+    /// answers inline. Dropped with the writer, which stops that thread after its last group.
+    syncer: Option<std::sync::mpsc::Sender<Committed>>,
+    /// The link to the checkpointer thread; dropped with the writer, which stops that thread.
+    checkpointer: Option<CheckpointerLink>,
+    /// The number of the last WAL restart window opened.
+    window_seq: u64,
     /// A compaction finished: shrink the file, a step at a time.
     vacuum_pending: bool,
     /// Writes in the last committed batch.
@@ -162,7 +183,7 @@ pub(super) struct Writer {
     /// Whether the current background step stops as soon as a write is queued (false when
     /// writes kept it waiting too long: it then stops only at its time budget).
     background_yields: bool,
-    /// When the last background step (compaction, vacuum, forced checkpoint) started and ended,
+    /// When the last background step (compaction, vacuum, WAL restart window) started and ended,
     /// until the next batch: writes queued meanwhile waited for it.
     last_background: Option<(Instant, Instant)>,
 }
@@ -247,7 +268,9 @@ impl Writer {
             compact_cursor,
             shared,
             compaction_interval,
-            checkpoint_tx: None,
+            checkpointer: None,
+            syncer: None,
+            window_seq: 0,
             vacuum_pending: false,
             last_batch: 0,
             vacuum_pages: 16,
@@ -263,8 +286,27 @@ impl Writer {
         self.current
     }
 
-    pub(super) fn set_checkpointer(&mut self, tx: std::sync::mpsc::SyncSender<()>) {
-        self.checkpoint_tx = Some(tx);
+    /// Hands durability to the syncer thread: from now on a `COMMIT` only writes the WAL
+    /// (`synchronous=NORMAL`) and the syncer fsyncs it before anything is published or answered.
+    pub(super) fn set_syncer(&mut self, tx: std::sync::mpsc::Sender<Committed>) -> Result<()> {
+        self.conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| internal(&self.path, e))?;
+        self.syncer = Some(tx);
+        Ok(())
+    }
+
+    /// The `synchronous` setting write batches commit with.
+    fn commit_sync(&self) -> &'static str {
+        if self.syncer.is_some() { "NORMAL" } else { "FULL" }
+    }
+
+    /// The newest revision that is durable and published: what readers, watchers and
+    /// compaction may see.
+    fn durable(&self) -> Revision {
+        self.shared.current_rev.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn set_checkpointer(&mut self, link: CheckpointerLink) {
+        self.checkpointer = Some(link);
     }
 
     /// The thread's main loop; returns when every request sender is gone.
@@ -274,9 +316,7 @@ impl Writer {
         // tick, so at least one interval of history is always kept.
         let mut seen_at_last_tick: Option<Revision> = None;
         loop {
-            let background_work = self.compact_cursor < self.compacted
-                || self.vacuum_pending
-                || self.shared.force_checkpoint.load(Ordering::Relaxed);
+            let background_work = self.compact_cursor < self.compacted || self.vacuum_pending;
             let first = if background_work {
                 // Pace background work: writes that arrive meanwhile go first.
                 match rx.recv_timeout(self.background_not_before.saturating_duration_since(Instant::now())) {
@@ -321,7 +361,11 @@ impl Writer {
                         // The callers answered after the previous commit are still sending
                         // their next writes: wait a moment for them rather than pay a whole
                         // fsync for a fraction of them (never when writes come one at a time).
-                        Err(_) if self.last_batch >= GATHER_MIN_BATCH && batch.len() < self.last_batch * 3 / 4 => {
+                        Err(_)
+                            if self.last_batch >= GATHER_MIN_BATCH
+                                && batch.len() < self.last_batch * 3 / 4
+                                && (self.syncer.is_none() || self.shared.syncing.load(Ordering::SeqCst)) =>
+                        {
                             let until = *gather_until.get_or_insert_with(|| Instant::now() + GATHER_WAIT);
                             rx.recv_timeout(until.saturating_duration_since(Instant::now())).ok()
                         }
@@ -346,7 +390,7 @@ impl Writer {
                 {
                     tracing::warn!(error = %e, "background compaction failed");
                 }
-                seen_at_last_tick = Some(self.current);
+                seen_at_last_tick = Some(self.durable());
                 next_tick = Some(Instant::now() + interval);
             }
             // Background work waits for the pause after the previous step and yields to writes
@@ -368,9 +412,11 @@ impl Writer {
                     self.vacuum_step();
                 }
             }
-            self.maybe_checkpoint();
+            self.maybe_open_restart_window();
         }
-        self.shared.hub.close();
+        if self.syncer.is_none() {
+            self.shared.hub.close();
+        }
     }
 
     /// Records how long a write waited in the queue (`queued_at` to `taken`), and how much of
@@ -396,6 +442,14 @@ impl Writer {
 
     /// Validates, writes and commits one batch, then publishes and answers it.
     pub(super) fn commit_batch(&mut self, batch: Vec<(WriteOp, oneshot::Sender<Result<WriteOutcome>>)>) {
+        if self.shared.sync_failed.load(Ordering::SeqCst) {
+            let msg =
+                format!("sqlite {}: an fsync of the write-ahead log failed; reopen the store", self.path.display());
+            for (_, reply) in batch {
+                let _ = reply.send(Err(Error::Unavailable(msg.clone())));
+            }
+            return;
+        }
         let mut undo: Vec<(String, Option<KeyMeta>)> = Vec::with_capacity(batch.len());
         let mut events: Vec<PendingEvent> = Vec::with_capacity(batch.len());
         let mut results: Vec<Applied> = Vec::with_capacity(batch.len());
@@ -430,23 +484,18 @@ impl Writer {
                 self.shared.stats.wal_bytes.fetch_add(batch_bytes as u64, Ordering::Relaxed);
                 self.shared.stats.writes.fetch_add((rev - self.current) as u64, Ordering::Relaxed);
                 self.current = rev;
-                self.shared.current_rev.store(rev, Ordering::SeqCst);
-                if !events.is_empty() {
-                    let conn = &self.conn;
-                    let path = &self.path;
-                    let mut load = |r: Revision| -> Result<Vec<u8>> {
-                        conn.prepare_cached(VALUE_AT)
-                            .and_then(|mut s| s.query_row([r], |row| row.get(0)))
-                            .map_err(|e| internal(path, e))
-                    };
-                    self.shared.hub.publish(rev, &mut events, &mut load);
-                }
-                for (reply, result) in replies.into_iter().zip(results) {
-                    let _ = reply.send(match result {
-                        Applied::Done(o) => Ok(o),
-                        Applied::Rejected(e) => Err(e),
-                    });
-                }
+                let replies = replies
+                    .into_iter()
+                    .zip(results)
+                    .map(|(reply, result)| {
+                        let result = match result {
+                            Applied::Done(o) => Ok(o),
+                            Applied::Rejected(e) => Err(e),
+                        };
+                        (reply, result)
+                    })
+                    .collect();
+                self.hand_over(Committed { rev, events, replies });
             }
             Err(e) => {
                 tracing::error!(error = %e, path = %self.path.display(), "write batch failed; nothing in it was written");
@@ -470,6 +519,33 @@ impl Writer {
         }
     }
 
+    /// Sends a committed batch to the syncer, or (without one: it committed with a full sync)
+    /// publishes and answers it at once.
+    fn hand_over(&mut self, committed: Committed) {
+        let committed = match &self.syncer {
+            Some(tx) => match tx.send(committed) {
+                Ok(()) => return,
+                Err(std::sync::mpsc::SendError(c)) => {
+                    // The syncer is gone (it panicked): nothing can be made durable any more.
+                    let msg = format!("sqlite {}: the WAL syncer stopped; restart the store", self.path.display());
+                    for (reply, _) in c.replies {
+                        let _ = reply.send(Err(Error::Internal(msg.clone())));
+                    }
+                    return;
+                }
+            },
+            None => committed,
+        };
+        let conn = &self.conn;
+        let path = &self.path;
+        let mut load = |r: Revision| -> Result<Vec<u8>> {
+            conn.prepare_cached(VALUE_AT)
+                .and_then(|mut s| s.query_row([r], |row| row.get(0)))
+                .map_err(|e| internal(path, e))
+        };
+        committed.finish(&self.shared, &mut load);
+    }
+
     /// Rebuilds the index and revision from the database after a failed commit, whose outcome on
     /// disk is uncertain (e.g. an fsync error).
     fn reload(&mut self) {
@@ -480,8 +556,7 @@ impl Writer {
                     // The failed batch did reach the disk; publish nothing (its callers were told it
                     // failed) but never reuse its revisions. Watchers catch up from history.
                     self.current = current;
-                    self.shared.current_rev.store(current, Ordering::SeqCst);
-                    self.shared.hub.publish(current, &mut [], &mut |_| Ok(Vec::new()));
+                    self.hand_over(Committed { rev: current, events: Vec::new(), replies: Vec::new() });
                 }
             }
             (Err(e), _) | (_, Err(e)) => tracing::error!(error = %e, "cannot reload the store index"),
@@ -493,8 +568,9 @@ impl Writer {
         if revision <= self.compacted {
             return Ok(());
         }
-        if revision > self.current {
-            return Err(Error::FutureRevision { requested: revision, current: self.current });
+        let durable = self.durable();
+        if revision > durable {
+            return Err(Error::FutureRevision { requested: revision, current: durable });
         }
         set_meta(&self.conn, "compacted", revision).map_err(|e| internal(&self.path, e))?;
         self.compacted = revision;
@@ -508,10 +584,13 @@ impl Writer {
     /// it cannot, so no write is ever acknowledged without a full sync. Records how long the
     /// transaction held the write lock.
     fn background_transaction<T>(&mut self, work: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let commit_sync = self.commit_sync();
         let conn = &self.conn;
         let started = Instant::now();
         let run = || -> rusqlite::Result<T> {
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            if commit_sync == "FULL" {
+                conn.pragma_update(None, "synchronous", "NORMAL")?;
+            }
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             let out = work(conn)?;
             conn.prepare_cached("COMMIT")?.execute([])?;
@@ -521,7 +600,7 @@ impl Writer {
         if !conn.is_autocommit() {
             let _ = conn.execute_batch("ROLLBACK");
         }
-        let restore = conn.pragma_update(None, "synchronous", "FULL");
+        let restore = if commit_sync == "FULL" { conn.pragma_update(None, "synchronous", "FULL") } else { Ok(()) };
         let took = started.elapsed();
         self.last_background = Some((started, Instant::now()));
         if took >= SLOW_BACKGROUND_WAIT {
@@ -638,19 +717,128 @@ impl Writer {
         }
     }
 
-    fn maybe_checkpoint(&mut self) {
-        if self.shared.force_checkpoint.swap(false, Ordering::Relaxed) {
-            let started = Instant::now();
-            // Most frames are already copied by the checkpointer, so this is short; afterwards
-            // the next transaction starts the WAL over.
-            if let Err(e) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-                tracing::warn!(error = %e, "checkpoint failed");
+    /// When the checkpointer asked for it (the WAL is long and almost all copied), holds the
+    /// next batch back for at most [`WAL_RESTART_WINDOW`] while the checkpointer copies the last
+    /// frames: if it finishes in time, the next write transaction starts the WAL over. Writes
+    /// arriving meanwhile wait in the queue and go into the next batch. The writer itself never
+    /// checkpoints, so no write ever waits for a checkpoint's copying or fsync beyond the window.
+    pub(super) fn maybe_open_restart_window(&mut self) {
+        if !self.shared.restart_requested.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Some(link) = &self.checkpointer else { return };
+        self.window_seq += 1;
+        let seq = self.window_seq;
+        let started = Instant::now();
+        if link.wake.try_send(seq).is_err() {
+            return;
+        }
+        let deadline = started + self.shared.wal_restart.window;
+        let caught_up = loop {
+            match link.done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((s, complete)) if s == seq => break complete,
+                // The answer to an earlier window that timed out.
+                Ok(_) => continue,
+                Err(_) => break false,
             }
-            self.shared.stats.forced_checkpoints.fetch_add(1, Ordering::Relaxed);
-            self.last_background = Some((started, Instant::now()));
-            tracing::debug!(took_us = started.elapsed().as_micros() as u64, "forced checkpoint on the writer thread");
+        };
+        let stats = &self.shared.stats;
+        stats.restart_windows.fetch_add(1, Ordering::Relaxed);
+        if caught_up {
+            stats.restart_windows_caught_up.fetch_add(1, Ordering::Relaxed);
+        }
+        self.last_background = Some((started, Instant::now()));
+        tracing::debug!(
+            took_us = started.elapsed().as_micros() as u64,
+            caught_up,
+            "WAL restart window on the writer thread"
+        );
+    }
+}
+
+/// A batch committed to the WAL (not yet fsynced, when a syncer runs), with what to publish and
+/// answer once it is durable.
+pub(super) struct Committed {
+    rev: Revision,
+    events: Vec<PendingEvent>,
+    replies: Vec<(oneshot::Sender<Result<WriteOutcome>>, Result<WriteOutcome>)>,
+}
+
+impl Committed {
+    /// The batch is durable: makes its revision visible to readers, publishes it to watchers
+    /// and answers its callers, in that order.
+    fn finish(mut self, shared: &Shared, load: &mut dyn FnMut(Revision) -> Result<Vec<u8>>) {
+        shared.current_rev.fetch_max(self.rev, Ordering::SeqCst);
+        shared.hub.publish(self.rev, &mut self.events, load);
+        for (reply, result) in self.replies {
+            let _ = reply.send(result);
         }
     }
+
+    fn fail(self, msg: &str) {
+        for (reply, _) in self.replies {
+            let _ = reply.send(Err(Error::Internal(msg.to_string())));
+        }
+    }
+}
+
+/// The syncer thread's loop (pipelined group commit): takes every batch the writer has
+/// committed to the WAL since its last turn, fsyncs the WAL once for all of them, then for each
+/// in order makes its revision visible, publishes it and answers it. Meanwhile the writer
+/// already applies and commits the next batches, so the fsync overlaps their work. Nothing is
+/// visible to readers or watchers, or acknowledged, before its fsync. After a failed fsync every
+/// write fails (the WAL's state on disk is unknown): the store must be reopened. Ends when the
+/// writer drops its sender, after the last batch; then closes the watch hub.
+pub(super) fn sync_loop(wal: std::fs::File, conn: Connection, rx: Receiver<Committed>, shared: Arc<Shared>) {
+    let path = shared.path.clone();
+    let mut failed: Option<String> = None;
+    let mut load = |r: Revision| -> Result<Vec<u8>> {
+        conn.prepare_cached(VALUE_AT)
+            .and_then(|mut s| s.query_row([r], |row| row.get(0)))
+            .map_err(|e| internal(&path, e))
+    };
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while let Ok(c) = rx.try_recv() {
+            group.push(c);
+        }
+        if failed.is_none() {
+            shared.syncing.store(true, Ordering::SeqCst);
+            let started = Instant::now();
+            let result = wal.sync_data();
+            let took = started.elapsed();
+            shared.syncing.store(false, Ordering::SeqCst);
+            shared.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            shared.stats.longest_commit_micros.fetch_max(took.as_micros() as u64, Ordering::Relaxed);
+            if took >= SLOW_COMMIT {
+                tracing::debug!(batches = group.len(), fsync_us = took.as_micros() as u64, "slow WAL fsync");
+            }
+            if let Err(e) = result {
+                tracing::error!(error = %e, path = %shared.path.display(), "cannot fsync the WAL; every write fails until the store is reopened");
+                shared.sync_failed.store(true, Ordering::SeqCst);
+                failed = Some(format!(
+                    "sqlite {}: cannot fsync the write-ahead log ({e}); the write may or may not be stored; reopen the store",
+                    shared.path.display()
+                ));
+            }
+        }
+        for c in group {
+            match &failed {
+                None => c.finish(&shared, &mut load),
+                Some(msg) => c.fail(msg),
+            }
+        }
+    }
+    shared.hub.close();
+}
+
+/// The writer's ends of its channels to the checkpointer thread.
+pub(super) struct CheckpointerLink {
+    /// Opens restart window number `n` (the checkpointer checkpoints at once); dropping it
+    /// stops the checkpointer.
+    pub(super) wake: std::sync::mpsc::SyncSender<u64>,
+    /// `(n, caught_up)`: the checkpoint for window `n` ended, and whether it copied the whole WAL.
+    pub(super) done: Receiver<(u64, bool)>,
 }
 
 /// Validates one write against the index and, if accepted, inserts its history row.
@@ -742,59 +930,86 @@ fn apply(
     }
 }
 
-/// The checkpointer thread's loop: every [`CHECKPOINT_EVERY`], copies WAL frames into the
-/// database file without blocking the writer (a PASSIVE checkpoint takes no write lock) when
-/// writes paused, compaction ran, or about [`CHECKPOINT_BYTES`] were written since the last
-/// one. Ends when the writer drops `stop`'s sender.
-pub(super) fn checkpoint_loop(conn: Connection, stop: Receiver<()>, shared: Arc<Shared>) {
+/// The checkpointer thread's loop: copies WAL frames into the database file with PASSIVE
+/// checkpoints, which take no write lock and never block the writer: every
+/// [`CHECKPOINT_EVERY`] when writes paused (the next write then starts the WAL over), while
+/// compaction runs (its pages are not counted in `wal_bytes`), or after about
+/// [`CHECKPOINT_BYTES`] of writes while they flow; at once when the writer opens a restart
+/// window (`wake` carries its number; the answer goes to `done`). When the WAL reaches
+/// `Shared::wal_restart`'s length it catches up, checkpoint after checkpoint, until the frames
+/// left are few, then asks the writer for a window. Ends when the writer drops `wake`'s sender.
+pub(super) fn checkpoint_loop(
+    conn: Connection,
+    wake: Receiver<u64>,
+    done: std::sync::mpsc::Sender<(u64, bool)>,
+    shared: Arc<Shared>,
+) {
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096).max(512);
-    let force_frames = WAL_FORCE_CHECKPOINT_BYTES / page_size;
+    let restart_frames = (shared.wal_restart.bytes / page_size).max(1);
+    // Checkpoint at least twice per restart length while writes flow.
+    let checkpoint_bytes = CHECKPOINT_BYTES.min((shared.wal_restart.bytes / 2).max(1) as u64);
+    // The WAL's length at the previous checkpoint: a shorter one means it started over.
+    let mut last_log_frames = 0i64;
     let mut seen_batches = u64::MAX;
     let mut seen_chunks = u64::MAX;
+    // Frames were written since the last checkpoint.
+    let mut dirty = false;
     // Frames already copied by the previous checkpoint of the same WAL.
     let mut backfilled = 0i64;
-    // Checkpoints in a row made to catch up before forcing one on the writer.
+    // Checkpoints in a row made to catch up before asking for a restart window.
     let mut catch_up = 0u32;
+    let mut last_request: Option<Instant> = None;
     loop {
-        let catching_up = catch_up > 0;
-        let wait = if catching_up { Duration::ZERO } else { CHECKPOINT_EVERY };
-        match stop.recv_timeout(wait) {
+        let wait = if catch_up > 0 { Duration::ZERO } else { CHECKPOINT_EVERY };
+        let window = match wake.recv_timeout(wait) {
             Err(RecvTimeoutError::Disconnected) => break,
-            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
-        }
+            Ok(seq) => Some(seq),
+            Err(RecvTimeoutError::Timeout) => None,
+        };
         let batches = shared.stats.batches.load(Ordering::Relaxed);
         let chunks = shared.stats.compaction_chunks.load(Ordering::Relaxed);
         let pending = shared.stats.wal_bytes.load(Ordering::Relaxed);
         let writing = batches != seen_batches;
         let compacting = chunks != seen_chunks;
-        if !writing && !compacting && !catching_up {
-            continue;
-        }
         seen_batches = batches;
         seen_chunks = chunks;
-        // Compaction writes many pages that `wal_bytes` does not count: keep up with it, or
-        // the writer would have to checkpoint a large WAL itself.
-        if writing && !compacting && !catching_up && pending < CHECKPOINT_BYTES {
+        dirty |= writing || compacting;
+        let due =
+            window.is_some() || catch_up > 0 || (dirty && (!writing || compacting || pending >= checkpoint_bytes));
+        if !due {
             continue;
         }
+        dirty = false;
         shared.stats.wal_bytes.fetch_sub(pending, Ordering::Relaxed);
         let started = Instant::now();
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))) {
+        let result =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)));
+        if let Some(seq) = window {
+            let caught_up = matches!(result, Ok((log, copied)) if copied >= log);
+            // The writer may have stopped waiting (and even stopped): nothing to do then.
+            let _ = done.send((seq, caught_up));
+        }
+        match result {
             Ok((log_frames, copied)) => {
                 tracing::debug!(
                     took_us = started.elapsed().as_micros() as u64,
                     log_frames,
                     copied,
+                    window = window.is_some(),
                     "background checkpoint"
                 );
                 shared.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
-                if log_frames >= force_frames {
-                    // The writer must finish a checkpoint itself to start the WAL over, and
-                    // writes wait meanwhile: first catch up here, checkpoint after checkpoint,
-                    // until the frames left to copy are few, so the writer's part is short.
+                if log_frames < last_log_frames {
+                    shared.stats.wal_restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                last_log_frames = log_frames;
+                shared.stats.longest_wal_bytes.fetch_max((log_frames.max(0) * page_size) as u64, Ordering::Relaxed);
+                let recent_request = last_request.is_some_and(|t| t.elapsed() < WAL_RESTART_MIN_GAP);
+                if window.is_none() && log_frames >= restart_frames && !recent_request {
                     let fresh = if copied >= backfilled { copied - backfilled } else { copied };
-                    if fresh <= FORCE_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS {
-                        shared.force_checkpoint.store(true, Ordering::Relaxed);
+                    if fresh <= RESTART_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS {
+                        shared.restart_requested.store(true, Ordering::SeqCst);
+                        last_request = Some(Instant::now());
                         catch_up = 0;
                     } else {
                         catch_up += 1;

@@ -26,7 +26,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -93,7 +93,16 @@ pub struct EtcdConfig {
     /// out of time fails with [`Error::Unavailable`]; for a write its outcome is then unknown,
     /// like any write whose answer was lost. Default 5 s.
     pub request_timeout: Duration,
+    /// gRPC connections (each one HTTP/2 connection per endpoint) the backend spreads its unary
+    /// requests over, round-robin; watches use the first. One connection carries every
+    /// request on one stream of frames through one client task and one server reader, which
+    /// limits how many writes reach etcd at once under hundreds of concurrent writers.
+    /// Default [`DEFAULT_CONNECTIONS`]; 0 counts as 1.
+    pub connections: usize,
 }
+
+/// The default of [`EtcdConfig::connections`].
+pub const DEFAULT_CONNECTIONS: usize = 4;
 
 impl EtcdConfig {
     /// A configuration for these endpoints with the default timeouts, no TLS, no key prefix.
@@ -108,6 +117,7 @@ impl EtcdConfig {
             key_prefix: String::new(),
             dial_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(5),
+            connections: DEFAULT_CONNECTIONS,
         }
     }
 
@@ -151,7 +161,10 @@ impl Drop for EtcdBackend {
 
 /// State shared by the backend, its watch tasks and its compactor.
 struct Inner {
-    kv: KvClient,
+    /// One KV client per connection ([`EtcdConfig::connections`]).
+    kvs: Vec<KvClient>,
+    /// The connection the next unary request goes to.
+    next_kv: AtomicUsize,
     watch: WatchClient,
     /// The endpoints, comma-joined, for error messages.
     endpoints: String,
@@ -188,19 +201,27 @@ impl EtcdBackend {
         if let Some(tls) = &config.tls {
             connect = connect.with_tls(tls_options(tls)?);
         }
-        let client = tokio::time::timeout(
-            config.dial_timeout + config.request_timeout,
-            Client::connect(&config.endpoints, Some(connect)),
-        )
-        .await
-        .map_err(|_| Error::Unavailable(format!("etcd {endpoints}: connection timed out")))?
-        .map_err(|e| match e {
-            etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_) => {
-                Error::Internal(format!("etcd {endpoints}: bad configuration: {e}"))
+        let dial = |connect: ConnectOptions| {
+            let endpoints = endpoints.clone();
+            let list = config.endpoints.clone();
+            let timeout = config.dial_timeout + config.request_timeout;
+            async move {
+                tokio::time::timeout(timeout, Client::connect(&list, Some(connect)))
+                    .await
+                    .map_err(|_| Error::Unavailable(format!("etcd {endpoints}: connection timed out")))?
+                    .map_err(|e| match e {
+                        etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_) => {
+                            Error::Internal(format!("etcd {endpoints}: bad configuration: {e}"))
+                        }
+                        e => Error::Unavailable(format!("etcd {endpoints}: {e}")),
+                    })
             }
-            e => Error::Unavailable(format!("etcd {endpoints}: {e}")),
-        })?;
-        let kv = client.kv_client().max_decoding_message_size(MAX_DECODE_BYTES);
+        };
+        let client = dial(connect.clone()).await?;
+        let mut kvs = vec![client.kv_client().max_decoding_message_size(MAX_DECODE_BYTES)];
+        for _ in 1..config.connections.max(1) {
+            kvs.push(dial(connect.clone()).await?.kv_client().max_decoding_message_size(MAX_DECODE_BYTES));
+        }
         let watch = client.watch_client().max_decoding_message_size(MAX_DECODE_BYTES);
 
         let mut maintenance = client.maintenance_client();
@@ -219,7 +240,8 @@ impl EtcdBackend {
         let progress_grace = (!ordered).then(|| (opts.progress_interval / 4).min(MAX_PROGRESS_GRACE));
 
         let inner = Arc::new(Inner {
-            kv,
+            kvs,
+            next_kv: AtomicUsize::new(0),
             watch,
             endpoints,
             prefix: config.key_prefix.into_bytes(),
@@ -287,6 +309,12 @@ enum Failure {
 
 impl Inner {
     /// `key` with the configured prefix.
+    /// A KV client on the next connection, round-robin.
+    fn kv(&self) -> KvClient {
+        let n = self.next_kv.fetch_add(1, Ordering::Relaxed);
+        self.kvs[n % self.kvs.len()].clone()
+    }
+
     fn full_key(&self, key: &str) -> Vec<u8> {
         let mut full = Vec::with_capacity(self.prefix.len() + key.len());
         full.extend_from_slice(&self.prefix);
@@ -358,7 +386,7 @@ impl Inner {
         options: GetOptions,
     ) -> Result<etcd_client::GetResponse, Failure> {
         self.call(what, Idempotent::Yes, || {
-            let mut kv = self.kv.clone();
+            let mut kv = self.kv();
             let (key, options) = (key.clone(), options.clone());
             async move { kv.get(key, Some(options)).await }
         })
@@ -481,7 +509,7 @@ impl Inner {
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         let compact = self.call("compact", Idempotent::Yes, || {
-            let mut kv = self.kv.clone();
+            let mut kv = self.kv();
             async move { kv.compact(revision, None).await }
         });
         match compact.await {
@@ -499,7 +527,7 @@ impl Inner {
     /// One txn; maps a too-large rejection to [`Error::ValueTooLarge`].
     async fn txn(&self, what: &str, txn: Txn, value_size: usize) -> Result<etcd_client::TxnResponse> {
         let request = self.call(what, Idempotent::No, || {
-            let (mut kv, txn) = (self.kv.clone(), txn.clone());
+            let (mut kv, txn) = (self.kv(), txn.clone());
             async move { kv.txn(txn).await }
         });
         match request.await {

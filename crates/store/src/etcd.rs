@@ -96,13 +96,15 @@ pub struct EtcdConfig {
     /// gRPC connections (each one HTTP/2 connection per endpoint) the backend spreads its unary
     /// requests over, round-robin; watches use the first. One connection carries every
     /// request on one stream of frames through one client task and one server reader, which
-    /// limits how many writes reach etcd at once under hundreds of concurrent writers.
+    /// may limit how many writes reach etcd at once under hundreds of concurrent writers.
     /// Default [`DEFAULT_CONNECTIONS`]; 0 counts as 1.
     pub connections: usize,
 }
 
-/// The default of [`EtcdConfig::connections`].
-pub const DEFAULT_CONNECTIONS: usize = 4;
+/// The default of [`EtcdConfig::connections`]: one. `skiff bench store` on 2 loaded cores
+/// showed no gain from 4 connections (256 writers: 62-69 % of raw etcd puts, as with one) and
+/// a loss at 16 writers (57-75 % instead of 80-88 %): etcd's own CPU is the limit there.
+pub const DEFAULT_CONNECTIONS: usize = 1;
 
 impl EtcdConfig {
     /// A configuration for these endpoints with the default timeouts, no TLS, no key prefix.

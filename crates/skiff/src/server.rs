@@ -284,9 +284,17 @@ pub async fn run(args: ServerArgs) -> Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    // One multiplexed connection for the whole control plane; nodes keep kube's default
+    // HTTP/1.1 client, as they would out of process.
+    let control_plane = component_client(&api).await.context("building the control plane's client")?;
     for (name, component) in components(&args) {
+        let client = if NODE_COMPONENTS.contains(&name) {
+            api.client().await.with_context(|| format!("building the client of {name}"))?
+        } else {
+            control_plane.clone()
+        };
         let ctx = ComponentContext {
-            client: api.client().await.with_context(|| format!("building the client of {name}"))?,
+            client,
             args: args.clone(),
             data_dir: data_dir.clone(),
             ca_pem: api.pki().ca.cert_pem.clone(),
@@ -313,6 +321,50 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     tracing::info!(elapsed_ms = stopping.elapsed().as_millis() as u64, "stopped");
     Ok(())
 }
+
+/// Components that act as nodes (the local kubelet, simulated nodes): they get their own
+/// HTTP/1.1 client, like a kubelet in its own process, instead of [`component_client`].
+pub const NODE_COMPONENTS: &[&str] = &["agent", "simulated-nodes"];
+
+/// The `kube::Client` of the in-process control-plane components (controller manager,
+/// scheduler, node lifecycle and IPAM controllers): the admin identity (client certificate)
+/// and base URL of [`ApiServer::client`] and kube's retry policy for 429/503/504, but HTTP/2
+/// with prior knowledge, so that every request and watch of those components is a stream of
+/// one TLS connection. kube's default client speaks HTTP/1.1 and holds one connection (TLS
+/// state and read/write buffers at both ends) per open watch: ≈ 50 for the informers,
+/// ≈ 4 MB of the idle server's heap.
+///
+/// Flow control: a stream may buffer up to 2 MiB (hyper's default stream window) that its
+/// reader has not consumed yet; the connection window is as large as every open stream's, so a
+/// watch nobody reads cannot stall the others (as separate TCP connections would not).
+///
+/// # Errors
+/// The kubeconfig the server generated cannot be turned into a client configuration.
+pub async fn component_client(api: &ApiServer) -> Result<kube::Client> {
+    use kube::client::ConfigExt as _;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&api.pki().kubeconfig(api.url()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let connector = config.rustls_https_connector()?;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .http2_initial_stream_window_size(COMPONENT_STREAM_WINDOW)
+        .http2_initial_connection_window_size(COMPONENT_CONNECTION_WINDOW)
+        .build::<_, kube::client::Body>(connector);
+    let retry = tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry());
+    let boxed_errors = tower::util::MapErrLayer::new(tower::BoxError::from);
+    Ok(kube::client::ClientBuilder::new(http, config.default_namespace.clone())
+        .with_layer(&boxed_errors)
+        .with_layer(&config.extra_headers_layer()?)
+        .with_layer(&retry)
+        .with_layer(&config.base_uri_layer())
+        .build())
+}
+
+/// Unread bytes one stream of [`component_client`]'s connection may buffer (hyper's default).
+const COMPONENT_STREAM_WINDOW: u32 = 2 << 20;
+/// The connection-level window of [`component_client`]: room for 1,023 full stream windows
+/// (HTTP/2's maximum, 2^31 - 1), a credit, not memory reserved up front.
+const COMPONENT_CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// How long components that observe [`ComponentContext::shutdown`] get to return (e.g. the
 /// controller manager releasing its Lease) before they are stopped by force.
@@ -358,6 +410,45 @@ mod tests {
         assert!(polite_done.is_finished());
         assert!(abort_a.is_finished() && abort_b.is_finished());
         drop(rx);
+    }
+
+    #[tokio::test]
+    async fn the_control_plane_client_multiplexes_watches_and_requests_over_http2() {
+        use futures::StreamExt as _;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let opts = skiff_store::Options { compaction_interval: None, ..Default::default() };
+        let store = Arc::new(skiff_store::sqlite::SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
+        let mut config = Config::new(dir.path());
+        config.bind_address = "127.0.0.1".parse().unwrap();
+        config.port = 0;
+        let api = ApiServer::start(config, store).await.unwrap();
+        api.wait_ready().await;
+        let client = component_client(&api).await.unwrap();
+
+        let version = client
+            .send(hyper::Request::get("/version").body(kube::client::Body::from(Vec::new())).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(version.version(), hyper::Version::HTTP_2);
+        // Watches stay open while other requests (and other watches) go through.
+        let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "default");
+        let mut watches = Vec::new();
+        for _ in 0..8 {
+            watches.push(maps.watch(&Default::default(), "0").await.unwrap().boxed());
+        }
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta { name: Some("seen".into()), ..Default::default() },
+            ..Default::default()
+        };
+        maps.create(&Default::default(), &cm).await.unwrap();
+        for watch in &mut watches {
+            let event = tokio::time::timeout(Duration::from_secs(30), watch.next()).await.unwrap().unwrap().unwrap();
+            assert!(matches!(event, kube::api::WatchEvent::Added(c) if c.metadata.name.as_deref() == Some("seen")));
+        }
+        assert_eq!(maps.get("seen").await.unwrap().metadata.name.as_deref(), Some("seen"));
+        api.shutdown(Duration::from_secs(1)).await;
     }
 
     #[test]

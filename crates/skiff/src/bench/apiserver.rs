@@ -623,4 +623,20 @@ mod tests {
         assert_eq!(added_sent_nanos(&format!("{{\"type\":\"ADDED\",\"object\":{pod}}}")), Some(1234));
         assert_eq!(added_sent_nanos(&format!("{{\"type\":\"MODIFIED\",\"object\":{pod}}}")), None);
     }
+
+    #[tokio::test]
+    async fn deliveries_are_recorded_once_per_line_across_chunk_boundaries() {
+        let sent = unix_nanos();
+        let annotations = BTreeMap::from([(SENT_ANNOTATION.to_string(), sent.to_string())]);
+        let pod = serde_json::to_string(&bench_pod("w-0", Some(annotations))).unwrap();
+        let added = format!("{{\"type\":\"ADDED\",\"object\":{pod}}}\n");
+        let other = format!("{{\"type\":\"MODIFIED\",\"object\":{pod}}}\n");
+        let body = format!("{other}{added}{added}{other}{added}").into_bytes();
+        // Chunks cut inside lines, one of them holding no line end at all.
+        let chunks: Vec<Result<Vec<u8>, std::convert::Infallible>> =
+            body.chunks(added.len() / 3).map(|c| Ok(c.to_vec())).collect();
+        let delays: Delays = Arc::default();
+        record_deliveries(futures::stream::iter(chunks), 10, delays.clone()).await;
+        assert_eq!(delays.lock().unwrap().len(), 3, "three ADDED lines, each counted once");
+    }
 }

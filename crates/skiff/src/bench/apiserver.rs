@@ -61,7 +61,7 @@ pub struct ApiserverArgs {
     watch_writes: usize,
     /// How the watchers connect, one phase each in this order: `http2` (one HTTP/2 connection
     /// per client, `--watchers` streams multiplexed over `--clients` connections, as client-go
-    /// and kubectl do) and/or `http1` (kube-rs, HTTP/1.1 only: one TLS connection per watch).
+    /// and kubectl do) and/or `http1` (kube-rs's default client, HTTP/1.1: one TLS connection per watch).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [WatchProtocol::Http2, WatchProtocol::Http1])]
     watch_protocols: Vec<WatchProtocol>,
     /// Directory for the data directories and the raw store (default: the system temp dir).
@@ -74,7 +74,7 @@ pub struct ApiserverArgs {
 pub enum WatchProtocol {
     /// HTTP/2: every client's watches share one connection (client-go's and kubectl's way).
     Http2,
-    /// HTTP/1.1 through kube-rs: each watch holds its own TLS connection.
+    /// HTTP/1.1 through kube-rs's default client: each watch holds its own TLS connection.
     Http1,
 }
 

@@ -54,6 +54,12 @@ pub struct PodStartupArgs {
     /// Simulated nodes for the memory measurement (0 skips it).
     #[arg(long, default_value_t = 1000)]
     pub simulated_nodes: u32,
+    /// After the simulated nodes are Ready, watch the server's RSS for this many seconds
+    /// (sampled every 30 s) and print its growth rate (0: one sample after 12 s). Caches fill
+    /// for several minutes at 5,000 nodes (watch-cache rings, the node status reports every
+    /// 300 s, SQLite page caches): 600 shows the plateau.
+    #[arg(long, default_value_t = 0)]
+    pub simulated_settle_secs: u64,
     /// Directory with `busybox.tar` and `pause.tar`; built with `scripts/images/build.sh` (run
     /// from the repository root) when not given.
     #[arg(long)]
@@ -515,7 +521,7 @@ async fn pod_startup(args: &PodStartupArgs, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn simulated_node_memory(n: u32, dir: &Path) -> anyhow::Result<()> {
+async fn simulated_node_memory(n: u32, settle_secs: u64, dir: &Path) -> anyhow::Result<()> {
     let mut rss = Vec::new();
     for count in [0, n] {
         let sub = dir.join(format!("sim-{count}"));
@@ -528,7 +534,17 @@ async fn simulated_node_memory(n: u32, dir: &Path) -> anyhow::Result<()> {
         .await?;
         // Let the first heartbeats and status updates settle.
         tokio::time::sleep(Duration::from_secs(12)).await;
-        rss.push(server.rss_kib()?);
+        let first = server.rss_kib()?;
+        let mut samples = vec![(Duration::ZERO, first)];
+        if count > 0 && settle_secs > 0 {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(settle_secs) {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                samples.push((start.elapsed(), server.rss_kib()?));
+            }
+            print_rss_growth(count, &samples);
+        }
+        rss.push(samples.last().map_or(first, |s| s.1));
         drop(server);
     }
     let (base, with) = (rss[0], rss[1]);
@@ -538,6 +554,26 @@ async fn simulated_node_memory(n: u32, dir: &Path) -> anyhow::Result<()> {
     println!("  with {n:>5} nodes    {:.1} MiB", with as f64 / 1024.0);
     println!("  per node            {per_node:.1} KiB (5,000 nodes ≈ {:.0} MiB)", per_node * 5000.0 / 1024.0);
     Ok(())
+}
+
+/// Prints RSS samples `(time since Ready + 12 s, KiB)` and the growth rate over the whole
+/// window and over its last third (a plateau shows as a last-third rate near zero).
+fn print_rss_growth(count: u32, samples: &[(Duration, u64)]) {
+    let rate = |a: &(Duration, u64), b: &(Duration, u64)| {
+        (b.1 as f64 - a.1 as f64) / 1024.0 / (b.0 - a.0).as_secs_f64().max(1.0)
+    };
+    println!("server RSS with {count} simulated nodes after they are Ready (+12 s):");
+    for (t, kib) in samples {
+        println!("  +{:>4} s  {:.1} MiB", t.as_secs(), *kib as f64 / 1024.0);
+    }
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        let third = &samples[samples.len() * 2 / 3];
+        println!(
+            "  growth  {:.3} MiB/s over the window, {:.3} MiB/s over its last third",
+            rate(first, last),
+            rate(third, last)
+        );
+    }
 }
 
 /// Runs the benchmark and prints its figures.
@@ -550,7 +586,7 @@ pub async fn run(args: PodStartupArgs) -> anyhow::Result<()> {
         pod_startup(&args, dir.path()).await?;
     }
     if args.simulated_nodes > 0 {
-        simulated_node_memory(args.simulated_nodes, dir.path()).await?;
+        simulated_node_memory(args.simulated_nodes, args.simulated_settle_secs, dir.path()).await?;
     }
     Ok(())
 }

@@ -384,26 +384,37 @@ async fn measured_run(
         if p99 <= Duration::from_secs(5) { "within the SLO" } else { "over the SLO" }
     );
     println!("    phases, p50 / p99 over the pods (each phase on its own):");
-    println!(
-        "      create → scheduled (watch)                 {}   skiff: API server + scheduler",
-        phase(&run, |t| Some(t.created), |t| t.scheduled)
-    );
-    println!(
-        "      scheduled → sandbox ready (Pulled event)   {}   kubelet notices the pod, waits for a start slot, RunPodSandbox (containerd, runc, CNI), ImageStatus",
-        phase(&run, |t| t.scheduled, |t| t.sandbox_ready)
-    );
-    println!(
-        "      sandbox ready → created (Created event)    {}   env/volumes, CreateContainer",
-        phase(&run, |t| t.sandbox_ready, |t| t.container_created)
-    );
-    println!(
-        "      created → started (Started event)         {}   StartContainer (containerd, shim, runc)",
-        phase(&run, |t| t.container_created, |t| t.container_started)
-    );
-    println!(
-        "      started → Running (watch)                  {}   skiff: runtime re-read, status patch, watch delivery",
-        phase(&run, |t| t.container_started, |t| t.running)
-    );
+    type Stamp = fn(&PodTimes) -> Option<i128>;
+    let phases: [(&str, Stamp, Stamp, &str); 5] = [
+        ("create → scheduled (watch)", |t| Some(t.created), |t| t.scheduled, "skiff: API server + scheduler"),
+        (
+            "scheduled → sandbox ready (Pulled event)",
+            |t| t.scheduled,
+            |t| t.sandbox_ready,
+            "kubelet notices the pod, waits for a start slot, RunPodSandbox (containerd, runc, CNI), ImageStatus",
+        ),
+        (
+            "sandbox ready → created (Created event)",
+            |t| t.sandbox_ready,
+            |t| t.container_created,
+            "env/volumes, CreateContainer",
+        ),
+        (
+            "created → started (Started event)",
+            |t| t.container_created,
+            |t| t.container_started,
+            "StartContainer (containerd, shim, runc)",
+        ),
+        (
+            "started → Running (watch)",
+            |t| t.container_started,
+            |t| t.running,
+            "skiff: runtime re-read, status patch, watch delivery",
+        ),
+    ];
+    for (label, from, to, what) in phases {
+        println!("      {label:<42} {}   {what}", phase(&run, from, to));
+    }
     let per_pod = |before: f64, after: f64| (after - before) * 1000.0 / lat.len().max(1) as f64;
     let (skiff_ms, runtime_ms) = (per_pod(cpu_before.0, cpu_after.0), per_pod(cpu_before.1, cpu_after.1));
     let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

@@ -8,8 +8,8 @@
 //! client resumes from the last resourceVersion it saw, which the ring still holds.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -164,7 +164,10 @@ struct Inner {
 pub struct WatchCache {
     prefix: String,
     inner: Mutex<Inner>,
-    tx: broadcast::Sender<CacheMsg>,
+    /// Created by the first watcher: a broadcast reserves all its slots up front, and most of
+    /// the ~70 served resources are never watched on a small cluster.
+    tx: OnceLock<broadcast::Sender<CacheMsg>>,
+    watcher_buffer: usize,
     ring_capacity: usize,
     ready: AtomicBool,
 }
@@ -196,11 +199,11 @@ impl WatchCache {
     /// A cache of `prefix` with a ring of `ring_capacity` events and a per-watcher backlog of
     /// `watcher_buffer` messages. Call [`WatchCache::run`] to fill it.
     pub fn new(prefix: String, ring_capacity: usize, watcher_buffer: usize) -> Arc<Self> {
-        let (tx, _) = broadcast::channel(watcher_buffer.max(1));
         Arc::new(Self {
             prefix,
             inner: Mutex::new(Inner { objects: BTreeMap::new(), ring: VecDeque::new(), oldest: 0, revision: 0 }),
-            tx,
+            tx: OnceLock::new(),
+            watcher_buffer: watcher_buffer.max(1),
             ring_capacity: ring_capacity.max(1),
             ready: AtomicBool::new(false),
         })
@@ -223,7 +226,21 @@ impl WatchCache {
 
     /// Number of active watchers.
     pub fn watchers(&self) -> usize {
-        self.tx.receiver_count()
+        self.tx.get().map_or(0, |tx| tx.receiver_count())
+    }
+
+    /// Sends `msg` to the current watchers (none before the first subscription). Callers hold
+    /// the `inner` lock for events, so a subscription taken under it sees each event exactly
+    /// once: in its snapshot or backlog, or from the broadcast.
+    fn broadcast(&self, msg: CacheMsg) {
+        if let Some(tx) = self.tx.get() {
+            let _ = tx.send(msg);
+        }
+    }
+
+    /// A new subscription to the broadcast, creating it on first use.
+    fn subscribe(&self) -> Subscription {
+        Subscription { rx: self.tx.get_or_init(|| broadcast::channel(self.watcher_buffer).0).subscribe() }
     }
 
     /// Fills the cache and follows the store until the task is aborted. Errors are retried.
@@ -262,7 +279,7 @@ impl WatchCache {
                             after = after.max(revision);
                             let mut inner = self.inner.lock();
                             inner.revision = inner.revision.max(revision);
-                            let _ = self.tx.send(CacheMsg::Progress(inner.revision));
+                            self.broadcast(CacheMsg::Progress(inner.revision));
                         }
                         Err(e) => {
                             tracing::debug!(prefix = %self.prefix, error = %e, "store watch ended");
@@ -272,7 +289,7 @@ impl WatchCache {
                 }
             }
             // Continuity lost: end every watcher and start over.
-            let _ = self.tx.send(CacheMsg::Reset);
+            self.broadcast(CacheMsg::Reset);
         }
     }
 
@@ -343,7 +360,7 @@ impl WatchCache {
         }
         inner.ring.push_back(event.clone());
         inner.revision = inner.revision.max(revision);
-        let _ = self.tx.send(CacheMsg::Event(event));
+        self.broadcast(CacheMsg::Event(event));
     }
 
     /// Events after `after` from the ring plus a subscription to what follows, or
@@ -354,7 +371,7 @@ impl WatchCache {
             return Err(TooOld { oldest: inner.oldest + 1 });
         }
         let backlog = inner.ring.iter().filter(|e| e.revision > after).cloned().collect();
-        Ok((backlog, Subscription { rx: self.tx.subscribe() }))
+        Ok((backlog, self.subscribe()))
     }
 
     /// The cached object at `key` (resourceVersion set), if any.
@@ -372,7 +389,7 @@ impl WatchCache {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect();
-        Snapshot { objects, revision: inner.revision, subscription: Subscription { rx: self.tx.subscribe() } }
+        Snapshot { objects, revision: inner.revision, subscription: self.subscribe() }
     }
 
     /// Waits (up to `timeout`) until the cache has caught up with `revision`.
@@ -417,6 +434,22 @@ mod tests {
         assert_eq!(backlog[0].object["metadata"]["resourceVersion"], "4");
         // The ring holds revisions 3..=5: a watch from 1 has lost revision 2.
         assert_eq!(cache.watch_from(1).unwrap_err(), TooOld { oldest: 3 });
+    }
+
+    #[tokio::test]
+    async fn the_broadcast_is_created_by_the_first_watcher_and_earlier_events_come_from_the_ring() {
+        let cache = WatchCache::new("/registry/x/".into(), 10, 16);
+        put(&cache, "/registry/x/a", 1, None);
+        assert!(cache.tx.get().is_none(), "no watcher yet: no broadcast slots reserved");
+        assert_eq!(cache.watchers(), 0);
+        let (backlog, mut sub) = cache.watch_from(0).unwrap();
+        assert_eq!(backlog.iter().map(|e| e.revision).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(cache.watchers(), 1);
+        put(&cache, "/registry/x/b", 2, None);
+        match sub.recv().await {
+            Recv::Msg(CacheMsg::Event(e)) => assert_eq!(e.revision, 2),
+            other => panic!("expected the event at revision 2, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -457,17 +457,39 @@ async fn dispatch(
             )));
         }
         let bytes = read_body(body).await?;
-        let (obj, _) = decode_object(&parts.headers, &bytes)?;
+        let (mut obj, _) = decode_object(&parts.headers, &bytes)?;
+        let dry_run = dry_run(q)?;
+        let mut warnings = Vec::new();
+        if !sub.is_empty() {
+            // A subresource create (TokenRequest) passes the admission chain as in
+            // kube-apiserver: NodeRestriction limits a node to tokens bound to its own pods,
+            // NamespaceLifecycle refuses terminating namespaces, webhooks may match it.
+            let attrs = crate::admission::Attributes {
+                operation: crate::admission::Operation::Create,
+                def,
+                namespace: ns,
+                name,
+                subresource: Some(sub),
+                user: user.as_ref(),
+                old: None,
+                dry_run,
+            };
+            let admission = &state.objects.admission;
+            admission.mutate_collecting(&attrs, &mut obj, &mut warnings).await?;
+            admission.validate_collecting(&attrs, &mut obj, &mut warnings).await?;
+        }
         let req = crate::virtual_resources::VirtualRequest {
             def,
             subresource: sub,
             namespace: ns,
             name,
             user: user.as_ref(),
-            dry_run: dry_run(q)?,
+            dry_run,
         };
         let answer = handler.create(&req, obj).await?;
-        return Ok(json_response(StatusCode::CREATED, &answer));
+        let mut resp = json_response(StatusCode::CREATED, &answer);
+        add_warnings(&mut resp, &warnings);
+        return Ok(resp);
     }
     if def.storage.is_empty() {
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));

@@ -194,6 +194,16 @@ fn a_node_reads_only_what_its_pods_use_and_writes_only_its_own_node() {
     let (ok, out) = as_node(&a, &["label", "node", "a", "example.com/rack=r1"]);
     assert!(ok, "{out}");
 
+    // Service-account tokens (TokenRequest passes admission): only bound to a pod on itself.
+    let (ok, out) =
+        as_node(&a, &["create", "token", "default", "--bound-object-kind", "Pod", "--bound-object-name", "pa"]);
+    assert!(ok && out.trim().starts_with("ey"), "{out}");
+    let (ok, out) =
+        as_node(&a, &["create", "token", "default", "--bound-object-kind", "Pod", "--bound-object-name", "pb"]);
+    assert!(!ok && out.contains("node requested token bound to a pod scheduled on a different node"), "{out}");
+    let (ok, out) = as_node(&a, &["create", "token", "default"]);
+    assert!(!ok && out.contains("node requested token not bound to a pod"), "{out}");
+
     // An admin is not restricted.
     server.ok(&["label", "node", "a", "node-restriction.kubernetes.io/trusted=yes"]);
 }

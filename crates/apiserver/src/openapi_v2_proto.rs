@@ -952,20 +952,17 @@ fn response(v: &Value) -> Response {
     }
 }
 
-/// gnostic's non-body parameter sub-schemas (query/formData share one message shape,
-/// path/header another without `allowEmptyValue`) built from the JSON parameter `$m`; `$extra`
-/// fields are the shape's own.
-macro_rules! non_body_sub_schema {
-    ($ty:ident, $m:expr $(, $extra:ident: $val:expr)*) => {{
+/// A gnostic message with JSON Schema's primitive validation fields (type, format, items,
+/// limits, enum, …) read from the JSON object `$m`: `PrimitivesItems` and the non-body
+/// parameter sub-schemas share them. `$items` builds the `items` field (boxed in
+/// `PrimitivesItems`); `$extra` fields are the message's own.
+macro_rules! primitive_schema {
+    ($ty:ident, $m:expr, items: $items:expr $(, $extra:ident: $val:expr)*) => {{
         let m = $m;
         $ty {
-            required: boolean(m, "required"),
-            r#in: string(m, "in"),
-            description: string(m, "description"),
-            name: string(m, "name"),
             r#type: string(m, "type"),
             format: string(m, "format"),
-            items: m.get("items").map(primitives_items),
+            items: $items,
             collection_format: string(m, "collectionFormat"),
             default: m.get("default").map(any),
             maximum: number(m, "maximum"),
@@ -983,6 +980,25 @@ macro_rules! non_body_sub_schema {
             vendor_extension: extensions(m),
             $($extra: $val,)*
         }
+    }};
+}
+
+/// gnostic's non-body parameter sub-schemas (query/formData share one message shape,
+/// path/header another without `allowEmptyValue`) built from the JSON parameter `$m`; `$extra`
+/// fields are the shape's own.
+macro_rules! non_body_sub_schema {
+    ($ty:ident, $m:expr $(, $extra:ident: $val:expr)*) => {{
+        let m = $m;
+        primitive_schema!(
+            $ty,
+            m,
+            items: m.get("items").map(primitives_items),
+            required: boolean(m, "required"),
+            r#in: string(m, "in"),
+            description: string(m, "description"),
+            name: string(m, "name")
+            $(, $extra: $val)*
+        )
     }};
 }
 
@@ -1031,26 +1047,7 @@ fn parameters_item(v: &Value) -> ParametersItem {
 
 fn primitives_items(v: &Value) -> PrimitivesItems {
     let m = obj(v);
-    PrimitivesItems {
-        r#type: string(m, "type"),
-        format: string(m, "format"),
-        items: m.get("items").map(|i| Box::new(primitives_items(i))),
-        collection_format: string(m, "collectionFormat"),
-        default: m.get("default").map(any),
-        maximum: number(m, "maximum"),
-        exclusive_maximum: boolean(m, "exclusiveMaximum"),
-        minimum: number(m, "minimum"),
-        exclusive_minimum: boolean(m, "exclusiveMinimum"),
-        max_length: integer(m, "maxLength"),
-        min_length: integer(m, "minLength"),
-        pattern: string(m, "pattern"),
-        max_items: integer(m, "maxItems"),
-        min_items: integer(m, "minItems"),
-        unique_items: boolean(m, "uniqueItems"),
-        r#enum: anys(m, "enum"),
-        multiple_of: number(m, "multipleOf"),
-        vendor_extension: extensions(m),
-    }
+    primitive_schema!(PrimitivesItems, m, items: m.get("items").map(|i| Box::new(primitives_items(i))))
 }
 
 /// One JSON schema. Keywords Swagger 2.0 lacks (`oneOf`, `anyOf`, `not`, `nullable`) have no

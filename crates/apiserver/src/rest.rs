@@ -460,24 +460,23 @@ async fn dispatch(
         let (mut obj, _) = decode_object(&parts.headers, &bytes)?;
         let dry_run = dry_run(q)?;
         let mut warnings = Vec::new();
-        if !sub.is_empty() {
-            // A subresource create (TokenRequest) passes the admission chain as in
-            // kube-apiserver: NodeRestriction limits a node to tokens bound to its own pods,
-            // NamespaceLifecycle refuses terminating namespaces, webhooks may match it.
-            let attrs = crate::admission::Attributes {
-                operation: crate::admission::Operation::Create,
-                def,
-                namespace: ns,
-                name,
-                subresource: Some(sub),
-                user: user.as_ref(),
-                old: None,
-                dry_run,
-            };
-            let admission = &state.objects.admission;
-            admission.mutate_collecting(&attrs, &mut obj, &mut warnings).await?;
-            admission.validate_collecting(&attrs, &mut obj, &mut warnings).await?;
-        }
+        // Virtual creates pass the admission chain like stored ones, as in kube-apiserver:
+        // NodeRestriction limits a node to tokens bound to its own pods (TokenRequest),
+        // NamespaceLifecycle refuses terminating namespaces (access reviews are exempt),
+        // webhooks may match them.
+        let attrs = crate::admission::Attributes {
+            operation: crate::admission::Operation::Create,
+            def,
+            namespace: ns,
+            name,
+            subresource: (!sub.is_empty()).then_some(sub),
+            user: user.as_ref(),
+            old: None,
+            dry_run,
+        };
+        let admission = &state.objects.admission;
+        admission.mutate_collecting(&attrs, &mut obj, &mut warnings).await?;
+        admission.validate_collecting(&attrs, &mut obj, &mut warnings).await?;
         let req = crate::virtual_resources::VirtualRequest {
             def,
             subresource: sub,

@@ -7,6 +7,14 @@ use futures::FutureExt;
 
 use crate::server::{Component, ComponentContext, ServerArgs};
 
+/// The local node agent's component name.
+pub const AGENT: &str = "agent";
+/// The simulated nodes' component name.
+pub const SIMULATED_NODES: &str = "simulated-nodes";
+/// Components that act as nodes: they get their own HTTP/1.1 client, like a kubelet in its own
+/// process, instead of the control plane's shared one (`server::component_client`).
+pub const NODE_COMPONENTS: &[&str] = &[AGENT, SIMULATED_NODES];
+
 /// Every component `skiff server` runs with these flags, by name.
 pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
     let mut list: Vec<(&'static str, Component)> = vec![
@@ -16,10 +24,10 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
         ("node-ipam-controller", Box::new(|ctx: ComponentContext| node_ipam(ctx).boxed())),
     ];
     if !args.disable_agent {
-        list.push(("agent", Box::new(|ctx: ComponentContext| agent(ctx).boxed())));
+        list.push((AGENT, Box::new(|ctx: ComponentContext| agent(ctx).boxed())));
     }
     if args.simulated_nodes > 0 {
-        list.push(("simulated-nodes", Box::new(|ctx: ComponentContext| simulated_nodes(ctx).boxed())));
+        list.push((SIMULATED_NODES, Box::new(|ctx: ComponentContext| simulated_nodes(ctx).boxed())));
     }
     list
 }

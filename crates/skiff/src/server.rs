@@ -288,7 +288,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     // HTTP/1.1 client, as they would out of process.
     let control_plane = component_client(&api).await.context("building the control plane's client")?;
     for (name, component) in components(&args) {
-        let client = if NODE_COMPONENTS.contains(&name) {
+        let client = if crate::components::NODE_COMPONENTS.contains(&name) {
             api.client().await.with_context(|| format!("building the client of {name}"))?
         } else {
             control_plane.clone()
@@ -321,10 +321,6 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     tracing::info!(elapsed_ms = stopping.elapsed().as_millis() as u64, "stopped");
     Ok(())
 }
-
-/// Components that act as nodes (the local kubelet, simulated nodes): they get their own
-/// HTTP/1.1 client, like a kubelet in its own process, instead of [`component_client`].
-pub const NODE_COMPONENTS: &[&str] = &["agent", "simulated-nodes"];
 
 /// The `kube::Client` of the in-process control-plane components (controller manager,
 /// scheduler, node lifecycle and IPAM controllers): the admin identity (client certificate)

@@ -276,6 +276,13 @@ impl SqliteBackend {
         let wal = std::fs::File::open(&wal_path)
             .map_err(|e| Error::Internal(format!("cannot open the write-ahead log {}: {e}", wal_path.display())))?;
         let sync_conn = schema::open_connection(path, false)?;
+        let compaction_conn = schema::open_connection(path, false)?;
+        let (compaction_requests, compaction_requests_rx) = std::sync::mpsc::sync_channel(1);
+        let (compaction_rows_tx, compaction_rows) = std::sync::mpsc::channel();
+        writer.set_compaction_reader(writer::CompactionReaderLink {
+            request: compaction_requests,
+            rows: compaction_rows,
+        });
         let (sync_tx, sync_rx) = std::sync::mpsc::channel();
         writer.set_syncer(sync_tx)?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -286,6 +293,14 @@ impl SqliteBackend {
             std::thread::Builder::new()
                 .name("skiff-store-checkpoint".into())
                 .spawn(move || writer::checkpoint_loop(ckpt_conn, wake_rx, done_tx, s))
+                .map_err(spawn_err)?,
+        );
+        threads.push(
+            std::thread::Builder::new()
+                .name("skiff-store-compaction-reader".into())
+                .spawn(move || {
+                    writer::compaction_read_loop(compaction_conn, compaction_requests_rx, compaction_rows_tx)
+                })
                 .map_err(spawn_err)?,
         );
         let s = shared.clone();
@@ -910,6 +925,64 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].prev_kv.as_ref().map(|p| p.value.clone()), Some(b"4".to_vec()));
         assert!(matches!(read_events(&w.shared, &mut conn, "/", c - 1, w.current()), Err(Error::Compacted { .. })));
+    }
+
+    #[test]
+    fn compaction_over_rows_read_ahead_keeps_the_snapshot_and_removes_what_the_inline_one_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let mut w = bare_writer(&path);
+        let (request, requests) = std::sync::mpsc::sync_channel(1);
+        let (answers, rows) = std::sync::mpsc::channel();
+        w.set_compaction_reader(writer::CompactionReaderLink { request, rows });
+        let conn = schema::open_connection(&path, false).expect("compaction reader connection");
+        let reader = std::thread::spawn(move || writer::compaction_read_loop(conn, requests, answers));
+        // /a: created then updated 5 times; /b: created, deleted, re-created; /c: created then
+        // deleted; then two writes after the compacted revision.
+        let (reqs, _r) = batch(vec![put("/a", "0"), put("/b", "0"), put("/c", "0")]);
+        w.commit_batch(reqs);
+        for i in 1..6 {
+            let a = w.index["/a"].mod_rev;
+            w.commit_batch(batch(vec![upd("/a", &i.to_string(), a)]).0);
+        }
+        let (reqs, _r) = batch(vec![
+            WriteOp::Delete { key: "/b".into(), expected: None },
+            put("/b", "reborn"),
+            WriteOp::Delete { key: "/c".into(), expected: None },
+        ]);
+        w.commit_batch(reqs);
+        let c = w.current();
+        let a = w.index["/a"].mod_rev;
+        w.commit_batch(batch(vec![upd("/a", "after", a), put("/d", "after")]).0);
+        let snapshot = |w: &Writer| -> Vec<(String, Vec<u8>, Revision, Revision)> {
+            let mut conn = schema::open_connection(&path, false).expect("reader");
+            let request = RangeRequest { prefix: "/".into(), revision: c, ..Default::default() };
+            let resp = read_range(&w.shared, &mut conn, &request).expect("range at C");
+            resp.kvs.into_iter().map(|kv| (kv.key, kv.value, kv.create_revision, kv.mod_revision)).collect()
+        };
+        let before = snapshot(&w);
+        w.start_compaction(c).expect("start compaction");
+        // A queued write ends every step after its first row: many steps over one read-ahead.
+        w.shared.queued_writes.store(1, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut steps = 0;
+        while w.compact_cursor < w.compacted {
+            assert!(std::time::Instant::now() < deadline, "compaction stuck at {} of {c}", w.compact_cursor);
+            let before_step = w.compact_cursor;
+            w.compact_prefetched().expect("step");
+            if w.compact_cursor == before_step {
+                // The reader has not answered yet.
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            steps += 1;
+            assert_eq!(snapshot(&w), before, "snapshot at C after step {steps}");
+        }
+        assert!(steps > 3, "one row per step: {steps} steps");
+        // Left: /a and /b at C, plus the two writes after C.
+        assert_eq!(count_rows(&path), 2 + 2);
+        drop(w);
+        reader.join().expect("the reader stops with the writer");
     }
 
     #[test]

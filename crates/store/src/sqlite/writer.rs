@@ -168,6 +168,17 @@ pub(super) struct Writer {
     syncer: Option<std::sync::mpsc::Sender<Committed>>,
     /// The link to the checkpointer thread; dropped with the writer, which stops that thread.
     checkpointer: Option<CheckpointerLink>,
+    /// The link to the compaction reader thread, which reads the history rows of the next
+    /// compaction steps ahead of time; `None` (tests driving a bare writer) reads them inside
+    /// each step's transaction ([`Writer::compact_chunk`]).
+    compaction_reader: Option<CompactionReaderLink>,
+    /// History rows read ahead by the compaction reader, in revision order: every row in
+    /// `(compact_cursor, prefetched_through]`.
+    prefetched: std::collections::VecDeque<CompactionRow>,
+    /// See [`Writer::prefetched`]; at or below `compact_cursor` when nothing is read ahead.
+    prefetched_through: Revision,
+    /// The start (exclusive) of the range asked of the compaction reader and not answered yet.
+    prefetch_outstanding: Option<Revision>,
     /// The number of the last WAL restart window opened.
     window_seq: u64,
     /// A compaction finished: shrink the file, a step at a time.
@@ -269,6 +280,10 @@ impl Writer {
             shared,
             compaction_interval,
             checkpointer: None,
+            compaction_reader: None,
+            prefetched: std::collections::VecDeque::new(),
+            prefetched_through: 0,
+            prefetch_outstanding: None,
             syncer: None,
             window_seq: 0,
             vacuum_pending: false,
@@ -307,6 +322,11 @@ impl Writer {
 
     pub(super) fn set_checkpointer(&mut self, link: CheckpointerLink) {
         self.checkpointer = Some(link);
+    }
+
+    /// Attaches the compaction reader thread (see [`compaction_read_loop`]).
+    pub(super) fn set_compaction_reader(&mut self, link: CompactionReaderLink) {
+        self.compaction_reader = Some(link);
     }
 
     /// The thread's main loop; returns when every request sender is gone.
@@ -403,7 +423,12 @@ impl Writer {
             self.background_yields = !starved;
             if now >= self.background_not_before && (!queued || starved) {
                 if self.compact_cursor < self.compacted {
-                    if let Err(e) = self.compact_chunk(self.compaction_rows) {
+                    let step = if self.compaction_reader.is_some() {
+                        self.compact_prefetched()
+                    } else {
+                        self.compact_chunk(self.compaction_rows)
+                    };
+                    if let Err(e) = step {
                         tracing::warn!(error = %e, "compaction chunk failed; retrying later");
                         // Do not spin on a persistent failure.
                         std::thread::sleep(Duration::from_millis(50));
@@ -674,6 +699,100 @@ impl Writer {
         Ok(())
     }
 
+    /// One compaction step over rows the compaction reader read ahead: deletes by revision
+    /// (the table's primary key) only, in a transaction that reads nothing but the B-tree pages
+    /// it changes (which the reader's look-ups brought into the OS cache), so a disk busy with
+    /// the WAL does not stretch it. Stops at [`COMPACTION_CHUNK_BUDGET`] or, unless starved, at
+    /// the first queued write. When no rows are ready, asks the reader for the next ones and
+    /// tries again after [`BACKGROUND_PAUSE_MIN`]. Same deletes as [`Writer::compact_chunk`].
+    pub(super) fn compact_prefetched(&mut self) -> Result<()> {
+        self.take_prefetched_rows();
+        if self.prefetched_through <= self.compact_cursor {
+            self.request_prefetch();
+            self.background_not_before = Instant::now() + BACKGROUND_PAUSE_MIN;
+            return Ok(());
+        }
+        let through = self.prefetched_through;
+        let rows = std::mem::take(&mut self.prefetched);
+        let shared = self.shared.clone();
+        let yields = self.background_yields;
+        let step = self.background_transaction(|conn| {
+            let started = Instant::now();
+            let mut delete = conn.prepare_cached("DELETE FROM kv WHERE rev = ?1")?;
+            let (mut new_cursor, mut done) = (through, rows.len());
+            for (i, row) in rows.iter().enumerate() {
+                if row.prev_rev > 0 {
+                    delete.execute([row.prev_rev])?;
+                }
+                if row.deleted {
+                    delete.execute([row.rev])?;
+                }
+                if i + 1 < rows.len()
+                    && (started.elapsed() >= COMPACTION_CHUNK_BUDGET
+                        || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0))
+                {
+                    (new_cursor, done) = (row.rev, i + 1);
+                    break;
+                }
+            }
+            set_meta(conn, "compact_cursor", new_cursor)?;
+            Ok((new_cursor, done))
+        });
+        let mut rows = rows;
+        let (new_cursor, done) = match step {
+            Ok(v) => v,
+            Err(e) => {
+                // Rolled back: the rows are still to be processed.
+                self.prefetched = rows;
+                return Err(e);
+            }
+        };
+        rows.drain(..done);
+        self.prefetched = rows;
+        self.compact_cursor = new_cursor;
+        self.shared.stats.compaction_chunks.fetch_add(1, Ordering::Relaxed);
+        self.shared.stats.compact_cursor.store(new_cursor, Ordering::SeqCst);
+        if new_cursor >= self.compacted {
+            self.vacuum_pending = true;
+        } else {
+            self.request_prefetch();
+        }
+        Ok(())
+    }
+
+    /// Appends the compaction reader's answer, if one came, to the rows read ahead (an answer
+    /// that does not continue them is dropped).
+    fn take_prefetched_rows(&mut self) {
+        let Some(link) = &self.compaction_reader else { return };
+        while let Ok(answer) = link.rows.try_recv() {
+            if self.prefetch_outstanding == Some(answer.after) {
+                self.prefetch_outstanding = None;
+            }
+            if answer.after == self.prefetched_through.max(self.compact_cursor) && answer.through > answer.after {
+                self.prefetched.extend(answer.rows);
+                self.prefetched_through = answer.through;
+            }
+        }
+    }
+
+    /// Asks the compaction reader for the rows after those read ahead, unless it is busy, enough
+    /// rows are read ahead, or they reach the compacted revision.
+    fn request_prefetch(&mut self) {
+        let after = self.prefetched_through.max(self.compact_cursor);
+        let Some(link) = &self.compaction_reader else { return };
+        if self.prefetch_outstanding.is_some() || after >= self.compacted || self.prefetched.len() >= COMPACTION_CHUNK {
+            return;
+        }
+        match link.request.try_send((after, self.compacted, COMPACTION_CHUNK)) {
+            Ok(()) => self.prefetch_outstanding = Some(after),
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {}
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                tracing::warn!("the compaction reader stopped; compaction reads its rows on the writer thread");
+                self.compaction_reader = None;
+            }
+        }
+    }
+
     /// Returns some free pages to the file system, if more than [`KEEP_FREE_PAGES`] are free;
     /// clears `vacuum_pending` once there is nothing to do. Each step is one short transaction
     /// whose size adapts to [`COMPACTION_CHUNK_BUDGET`].
@@ -833,6 +952,75 @@ pub(super) fn sync_loop(wal: std::fs::File, conn: Connection, rx: Receiver<Commi
 }
 
 /// The writer's ends of its channels to the checkpointer thread.
+/// One history row as compaction sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct CompactionRow {
+    pub(super) rev: Revision,
+    /// The revision of the value this row replaced (0 for a create).
+    pub(super) prev_rev: Revision,
+    /// A tombstone.
+    pub(super) deleted: bool,
+}
+
+/// The compaction reader's answer: every history row in `(after, through]`.
+pub(super) struct CompactionRows {
+    after: Revision,
+    through: Revision,
+    rows: Vec<CompactionRow>,
+}
+
+/// The writer's ends of its channels to the compaction reader thread.
+pub(super) struct CompactionReaderLink {
+    /// `(after, target, n)`: read up to `n` history rows in `(after, target]`. Dropping it
+    /// stops the reader.
+    pub(super) request: std::sync::mpsc::SyncSender<(Revision, Revision, usize)>,
+    pub(super) rows: Receiver<CompactionRows>,
+}
+
+/// The compaction reader thread's loop: reads, on its own read connection and outside any
+/// write transaction, the history rows of the writer's next compaction step, and looks up the
+/// rows they supersede so that their pages are in the OS cache when the writer deletes them.
+/// History at or below the compacted revision is durable and changes only by the writer's
+/// compaction, which goes in revision order, so rows read ahead stay valid until processed.
+pub(super) fn compaction_read_loop(
+    conn: Connection,
+    requests: Receiver<(Revision, Revision, usize)>,
+    answers: std::sync::mpsc::Sender<CompactionRows>,
+) {
+    while let Ok((after, target, n)) = requests.recv() {
+        let read = || -> rusqlite::Result<CompactionRows> {
+            let rows: Vec<CompactionRow> = conn
+                .prepare_cached(
+                    "SELECT rev, prev_rev, deleted FROM kv WHERE rev > ?1 AND rev <= ?2 ORDER BY rev LIMIT ?3",
+                )?
+                .query_map(params![after, target, n as i64], |r| {
+                    Ok(CompactionRow { rev: r.get(0)?, prev_rev: r.get(1)?, deleted: r.get(2)? })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let through = if rows.len() < n { target } else { rows.last().map_or(target, |r| r.rev) };
+            let mut touch = conn.prepare_cached("SELECT length(key) FROM kv WHERE rev = ?1")?;
+            for row in &rows {
+                if row.prev_rev > 0 {
+                    touch.query_row([row.prev_rev], |_| Ok(())).optional()?;
+                }
+            }
+            Ok(CompactionRows { after, through, rows })
+        };
+        let answer = match read() {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(error = %e, "compaction reader failed; retrying later");
+                // Do not spin on a persistent failure; an empty answer makes the writer ask again.
+                std::thread::sleep(Duration::from_millis(50));
+                CompactionRows { after, through: after, rows: Vec::new() }
+            }
+        };
+        if answers.send(answer).is_err() {
+            break;
+        }
+    }
+}
+
 pub(super) struct CheckpointerLink {
     /// Opens restart window number `n` (the checkpointer checkpoints at once); dropping it
     /// stops the checkpointer.

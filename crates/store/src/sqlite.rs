@@ -102,6 +102,10 @@ pub struct SqliteStats {
     pub restart_windows: u64,
     /// Restart windows in which the checkpointer copied the whole WAL in time.
     pub restart_windows_caught_up: u64,
+    /// Times the checkpointer did not ask for a restart window although the WAL was long,
+    /// because its checkpoints took longer than a window (a slow disk): the WAL then grows
+    /// until a later attempt or the next pause in writes.
+    pub restart_windows_skipped: u64,
     /// Times a background checkpoint found the WAL started over since the previous one.
     pub wal_restarts: u64,
     /// The longest the WAL was when a background checkpoint ran, in bytes.
@@ -129,6 +133,7 @@ struct Stats {
     checkpoints: AtomicU64,
     restart_windows: AtomicU64,
     restart_windows_caught_up: AtomicU64,
+    restart_windows_skipped: AtomicU64,
     wal_restarts: AtomicU64,
     longest_wal_bytes: AtomicU64,
     /// About how many bytes were committed since the last background checkpoint.
@@ -330,6 +335,22 @@ impl SqliteBackend {
         &self.shared.path
     }
 
+    /// Starts the "longest" figures of [`SqliteStats`] (longest compaction chunk, WAL length,
+    /// queue wait, wait behind background work, commit) over from zero, so that a benchmark
+    /// can attribute them to one phase. The counters are left alone.
+    pub fn reset_longest_stats(&self) {
+        let s = &self.shared.stats;
+        for longest in [
+            &s.longest_chunk_micros,
+            &s.longest_wal_bytes,
+            &s.longest_queue_wait_micros,
+            &s.longest_background_wait_micros,
+            &s.longest_commit_micros,
+        ] {
+            longest.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Group-commit and compaction counters.
     pub fn stats(&self) -> SqliteStats {
         let s = &self.shared.stats;
@@ -343,6 +364,7 @@ impl SqliteBackend {
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
             restart_windows: s.restart_windows.load(Ordering::Relaxed),
             restart_windows_caught_up: s.restart_windows_caught_up.load(Ordering::Relaxed),
+            restart_windows_skipped: s.restart_windows_skipped.load(Ordering::Relaxed),
             wal_restarts: s.wal_restarts.load(Ordering::Relaxed),
             longest_wal_bytes: s.longest_wal_bytes.load(Ordering::Relaxed),
             longest_queue_wait: Duration::from_micros(s.longest_queue_wait_micros.load(Ordering::Relaxed)),

@@ -85,6 +85,11 @@ const RESTART_CATCH_UP_FRAMES: i64 = 512;
 /// At most this many catch-up checkpoints in a row before asking for a window anyway (writes
 /// may outrun them; a window that is too short only costs [`WAL_RESTART_WINDOW`]).
 const MAX_CATCH_UP_CHECKPOINTS: u32 = 16;
+/// How long a requested restart window waits for a moment in which no write is queued (with
+/// few writers, the writer is idle while the syncer fsyncs their last batch: a window then
+/// delays nobody unless a write arrives in it); after this it opens even with writes queued,
+/// so that a saturated writer still lets the WAL start over.
+pub(super) const WAL_RESTART_DEFER: Duration = Duration::from_millis(50);
 /// At least this long between two restart windows: with a disk too slow for the window, the
 /// writer loses at most a few per cent of its time to them.
 const WAL_RESTART_MIN_GAP: Duration = Duration::from_millis(100);
@@ -181,6 +186,9 @@ pub(super) struct Writer {
     prefetch_outstanding: Option<Revision>,
     /// The number of the last WAL restart window opened.
     window_seq: u64,
+    /// Since when the checkpointer's request for a restart window has been waiting for a
+    /// moment with no write queued (see [`WAL_RESTART_DEFER`]).
+    window_requested_at: Option<Instant>,
     /// A compaction finished: shrink the file, a step at a time.
     vacuum_pending: bool,
     /// Writes in the last committed batch.
@@ -286,6 +294,7 @@ impl Writer {
             prefetch_outstanding: None,
             syncer: None,
             window_seq: 0,
+            window_requested_at: None,
             vacuum_pending: false,
             last_batch: 0,
             vacuum_pages: 16,
@@ -841,10 +850,21 @@ impl Writer {
     /// frames: if it finishes in time, the next write transaction starts the WAL over. Writes
     /// arriving meanwhile wait in the queue and go into the next batch. The writer itself never
     /// checkpoints, so no write ever waits for a checkpoint's copying or fsync beyond the window.
+    ///
+    /// A requested window waits up to [`WAL_RESTART_DEFER`] for a turn of the loop with no write
+    /// queued, so that it rarely holds a write back at all.
     pub(super) fn maybe_open_restart_window(&mut self) {
-        if !self.shared.restart_requested.swap(false, Ordering::SeqCst) {
+        if !self.shared.restart_requested.load(Ordering::SeqCst) {
+            // Withdrawn (the WAL started over during a pause) or never made.
+            self.window_requested_at = None;
             return;
         }
+        let requested_at = *self.window_requested_at.get_or_insert_with(Instant::now);
+        if self.shared.queued_writes.load(Ordering::SeqCst) > 0 && requested_at.elapsed() < WAL_RESTART_DEFER {
+            return;
+        }
+        self.window_requested_at = None;
+        self.shared.restart_requested.store(false, Ordering::SeqCst);
         let Some(link) = &self.checkpointer else { return };
         self.window_seq += 1;
         let seq = self.window_seq;
@@ -1172,6 +1192,7 @@ pub(super) fn checkpoint_loop(
         let started = Instant::now();
         let result =
             conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)));
+        let took = started.elapsed();
         if let Some(seq) = window {
             let caught_up = matches!(result, Ok((log, copied)) if copied >= log);
             // The writer may have stopped waiting (and even stopped): nothing to do then.
@@ -1180,7 +1201,7 @@ pub(super) fn checkpoint_loop(
         match result {
             Ok((log_frames, copied)) => {
                 tracing::debug!(
-                    took_us = started.elapsed().as_micros() as u64,
+                    took_us = took.as_micros() as u64,
                     log_frames,
                     copied,
                     window = window.is_some(),
@@ -1192,11 +1213,24 @@ pub(super) fn checkpoint_loop(
                 }
                 last_log_frames = log_frames;
                 shared.stats.longest_wal_bytes.fetch_max((log_frames.max(0) * page_size) as u64, Ordering::Relaxed);
+                if log_frames < restart_frames {
+                    // The WAL started over (writes paused): a pending request is moot.
+                    shared.restart_requested.store(false, Ordering::SeqCst);
+                }
                 let recent_request = last_request.is_some_and(|t| t.elapsed() < WAL_RESTART_MIN_GAP);
                 if window.is_none() && log_frames >= restart_frames && !recent_request {
                     let fresh = if copied >= backfilled { copied - backfilled } else { copied };
-                    if fresh <= RESTART_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS {
+                    // The checkpoint in a window copies about as many frames as this one and
+                    // fsyncs the database file as this one did: when this one took longer than
+                    // the window, a window would only hold writes back for nothing.
+                    let fits = took * 4 <= shared.wal_restart.window * 3;
+                    if fits && (fresh <= RESTART_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS) {
                         shared.restart_requested.store(true, Ordering::SeqCst);
+                        last_request = Some(Instant::now());
+                        catch_up = 0;
+                    } else if catch_up >= MAX_CATCH_UP_CHECKPOINTS {
+                        // The disk is too slow for a window now: try again after a gap.
+                        shared.stats.restart_windows_skipped.fetch_add(1, Ordering::Relaxed);
                         last_request = Some(Instant::now());
                         catch_up = 0;
                     } else {

@@ -78,8 +78,16 @@ impl CacheEvent {
     /// The watch-event line `{"type":KIND,"object":OBJECT}\n` of `object`, built by `make`
     /// from [`CacheEvent::object_json`] on first use and shared (a reference count, no copy)
     /// by every later caller asking for the same `kind`.
+    /// The line holds the object's encoding, so [`CacheEvent::encoded`] is not filled for it: a
+    /// ring of events that watchers have sent keeps each object's JSON once, not twice.
     pub fn json_line(&self, kind: &'static str, make: impl Fn(&str, &[u8]) -> bytes::Bytes) -> bytes::Bytes {
-        let (first, line) = self.line.get_or_init(|| (kind, make(kind, self.object_json())));
+        let (first, line) = self.line.get_or_init(|| {
+            let line = match self.encoded.get() {
+                Some(json) => make(kind, json),
+                None => make(kind, &serde_json::to_vec(&*self.object).unwrap_or_default()),
+            };
+            (kind, line)
+        });
         if *first == kind { line.clone() } else { make(kind, self.object_json()) }
     }
 }
@@ -120,6 +128,16 @@ impl Subscription {
             Ok(m) => Recv::Msg(m),
             Err(broadcast::error::RecvError::Lagged(_)) => Recv::Lagged,
             Err(broadcast::error::RecvError::Closed) => Recv::Closed,
+        }
+    }
+
+    /// The next message if one is already queued, without waiting (`None`: nothing queued yet).
+    pub fn try_recv(&mut self) -> Option<Recv> {
+        match self.rx.try_recv() {
+            Ok(m) => Some(Recv::Msg(m)),
+            Err(broadcast::error::TryRecvError::Empty) => None,
+            Err(broadcast::error::TryRecvError::Lagged(_)) => Some(Recv::Lagged),
+            Err(broadcast::error::TryRecvError::Closed) => Some(Recv::Closed),
         }
     }
 
@@ -189,10 +207,36 @@ pub struct Snapshot {
     pub subscription: Subscription,
 }
 
+/// A stored value as the cache keeps it: decoded, with `resourceVersion` set, and
+/// [compacted](compact).
 fn decode(value: &[u8], rv: Revision) -> Option<Value> {
     let mut v: Value = serde_json::from_slice(value).ok()?;
     set_resource_version(&mut v, rv);
-    Some(v)
+    Some(compact(v))
+}
+
+/// `v` rebuilt with every object and array at its exact size. The decoder grows maps by
+/// doubling (an order-preserving map of 8 keys reserves 14 entries of ~110 bytes each), so a
+/// decoded object is about a third spare capacity; the cache keeps every object for as long as
+/// it exists, so it keeps them tight. Costs one pass over the tree per stored write.
+fn compact(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut tight = serde_json::Map::with_capacity(map.len());
+            for (k, v) in map {
+                tight.insert(k, compact(v));
+            }
+            Value::Object(tight)
+        }
+        Value::Array(mut items) => {
+            for item in &mut items {
+                *item = compact(std::mem::take(item));
+            }
+            items.shrink_to_fit();
+            Value::Array(items)
+        }
+        other => other,
+    }
 }
 
 impl WatchCache {
@@ -500,5 +544,32 @@ mod tests {
         assert_eq!(backlog[0].object["metadata"]["resourceVersion"], "2");
         assert_eq!(backlog[0].prev().map(|p| p["metadata"]["resourceVersion"].clone()), Some("1".into()));
         assert!(cache.get("/registry/x/a").is_none());
+    }
+
+    #[test]
+    fn a_cached_object_is_compacted_without_changing_its_content_or_key_order() {
+        let raw = br#"{"kind":"Pod","metadata":{"name":"a","labels":{"z":"1","a":"2"}},"spec":{"containers":[{"name":"c","ports":[{"containerPort":80}]}]},"n":[1,2,3]}"#;
+        let decoded = decode(raw, 7).unwrap();
+        let mut expected: Value = serde_json::from_slice(raw).unwrap();
+        set_resource_version(&mut expected, 7);
+        assert_eq!(serde_json::to_string(&decoded).unwrap(), serde_json::to_string(&expected).unwrap());
+        assert_eq!(decoded["metadata"]["resourceVersion"], "7");
+    }
+
+    #[test]
+    fn a_watch_line_reuses_the_objects_encoding_and_does_not_keep_a_second_copy() {
+        let cache = WatchCache::new("/registry/x/".into(), 10, 16);
+        put(&cache, "/registry/x/a", 1, None);
+        let (backlog, _) = cache.watch_from(0).unwrap();
+        let e = &backlog[0];
+        let make = |kind: &str, obj: &[u8]| {
+            bytes::Bytes::from(format!("{{\"type\":\"{kind}\",\"object\":{}}}\n", String::from_utf8_lossy(obj)))
+        };
+        let added = e.json_line("ADDED", make);
+        assert!(e.encoded.get().is_none(), "the line holds the encoding");
+        assert_eq!(added, e.json_line("ADDED", make));
+        let modified = e.json_line("MODIFIED", make);
+        assert!(modified.starts_with(b"{\"type\":\"MODIFIED\""));
+        assert_eq!(&added[r#"{"type":"ADDED","#.len()..], &modified[r#"{"type":"MODIFIED","#.len()..]);
     }
 }

@@ -141,16 +141,6 @@ impl Subscription {
         }
     }
 
-    /// The next message if one is already queued, without waiting (`None`: nothing queued yet).
-    pub fn try_recv(&mut self) -> Option<Recv> {
-        match self.rx.try_recv() {
-            Ok(m) => Some(Recv::Msg(m)),
-            Err(broadcast::error::TryRecvError::Empty) => None,
-            Err(broadcast::error::TryRecvError::Lagged(_)) => Some(Recv::Lagged),
-            Err(broadcast::error::TryRecvError::Closed) => Some(Recv::Closed),
-        }
-    }
-
     /// Forwards every change to `tx` as `Some((tag, kind, object))`, for a consumer that merges
     /// several caches' events into one channel (the RBAC snapshot, the Node authorizer's graph).
     /// Sends `None` and stops when the subscription lags or the cache resets: the consumer must

@@ -64,9 +64,13 @@ const MAX_DECODE_BYTES: usize = i32::MAX as usize;
 /// from etcd (etcd then buffers, and eventually moves the watcher to its slow "victim" set).
 const WATCH_CHANNEL_CAPACITY: usize = 64;
 
-/// The longest that a progress answer of an etcd older than 3.4.25 / 3.5.8 is held back before
-/// it becomes a [`WatchResponse::Progress`]; see [`EtcdBackend::watch`].
-const MAX_PROGRESS_GRACE: Duration = Duration::from_millis(100);
+/// How long a progress answer of an etcd older than 3.4.25 / 3.5.8 is held back before it
+/// becomes a [`WatchResponse::Progress`], and how long such a stream must have been idle before
+/// progress is requested; see [`EtcdBackend::watch`]. Longer than the 100 ms between two rounds
+/// in which etcd sends history to watchers still catching up (its `syncWatchersLoop`): with
+/// 100 ms, the watch-history test saw "bookmark at 661 was followed by an event at 632" in 2 of
+/// 9 runs on a loaded machine (a watcher resumed after a member was killed, replaying history).
+const OLD_ETCD_PROGRESS_GRACE: Duration = Duration::from_millis(250);
 
 /// TLS material for talking to etcd over `https://` endpoints (kube-apiserver's
 /// `--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`). All files are PEM.
@@ -244,7 +248,7 @@ impl EtcdBackend {
                  holding progress answers back briefly"
             );
         }
-        let progress_grace = (!ordered).then(|| (opts.progress_interval / 4).min(MAX_PROGRESS_GRACE));
+        let progress_grace = (!ordered).then_some(OLD_ETCD_PROGRESS_GRACE);
 
         let inner = Arc::new(Inner {
             kvs,
@@ -780,11 +784,12 @@ impl Backend for EtcdBackend {
     /// (Debian's 3.4.23) answer at once with the current revision, even before the events of
     /// a watcher still replaying history (etcd issue #15220; seen here: a watch from revision 1
     /// got "progress 3841" before the events 2..3841). For them every progress notification is
-    /// held back for a short grace period and dropped if any event arrives meanwhile (the
-    /// event carries the progress itself), and none is requested before the stream has been
-    /// idle for half an interval. That closes the race with a write landing as the request is
-    /// answered and with ordinary catch-up; a watcher whose replay of a very long history takes
-    /// longer than that idle time stays exposed on those old servers.
+    /// held back for a grace period ([`OLD_ETCD_PROGRESS_GRACE`]) and dropped if any event
+    /// arrives meanwhile (the event carries the progress itself), and none is requested before
+    /// the stream has been idle for half an interval and at least that grace period. That
+    /// closes the race with a write landing as the request is answered and with ordinary
+    /// catch-up (etcd sends history every 100 ms); a watcher whose replay of history pauses
+    /// longer than that (a very loaded etcd) stays exposed on those old servers.
     async fn watch(&self, prefix: &str, after_revision: Revision) -> Result<WatchStream> {
         let inner = self.inner.clone();
         if after_revision < 0 {
@@ -883,6 +888,8 @@ impl WatchTask {
         mut responses: etcd_client::WatchResponseStream,
     ) {
         let half = (self.inner.progress_interval / 2).max(Duration::from_millis(1));
+        // How long the stream must have been idle before progress is requested.
+        let idle = self.inner.progress_grace.map_or(half, |grace| half.max(grace));
         let mut ticker = tokio::time::interval(half);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_sent = Instant::now();
@@ -897,7 +904,7 @@ impl WatchTask {
                 _ = self.tx.closed() => return,
                 _ = ticker.tick() => {
                     let outstanding = requested.is_some_and(|at| at.elapsed() < self.inner.progress_interval);
-                    if !outstanding && pending.is_none() && last_sent.elapsed() >= half {
+                    if !outstanding && pending.is_none() && last_sent.elapsed() >= idle {
                         if let Err(e) = sender.request_progress().await {
                             self.fail(format!("watch progress request failed: {e}")).await;
                             return;

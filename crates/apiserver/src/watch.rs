@@ -86,7 +86,8 @@ impl Drop for Registered {
 /// A watch response body: the initial lines, then each event of the cache's broadcast this
 /// watcher sees, encoded when the HTTP connection asks for the next chunk. The connection's
 /// task polls the broadcast itself (no task or channel per watcher between them), so an event
-/// reaches the socket with one task wake-up per watcher.
+/// reaches the socket with one task wake-up per watcher; lines already queued when a chunk is
+/// asked for go out together in it.
 struct WatchStream {
     watcher: Watcher,
     initial: std::collections::VecDeque<Bytes>,
@@ -94,6 +95,9 @@ struct WatchStream {
     /// Completes at `timeoutSeconds` or on server shutdown; one future for the stream's life, so
     /// its timer and shutdown registrations are made once, not once per event.
     stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// The stream has ended (a lag, a reset, the timeout): nothing more is sent, even if the
+    /// subscription would yield more.
+    ended: bool,
     _registered: Registered,
 }
 
@@ -111,10 +115,50 @@ fn stop_signal(
     })
 }
 
+/// What a message from the cache means for a watch stream.
+enum Step {
+    /// A line to send.
+    Send(Bytes),
+    /// Nothing for this watcher.
+    Skip,
+    /// The stream ends (lagged, cache reset or closed).
+    End,
+}
+
+/// Bytes up to which lines already queued are sent as one chunk (one HTTP/2 DATA frame or
+/// HTTP/1.1 chunk, one TLS record): a watcher that fell behind catches up in few writes.
+const CHUNK_BYTES: usize = 64 * 1024;
+
 impl WatchStream {
+    /// What `msg` makes this watcher send.
+    fn step(&mut self, msg: Recv) -> Step {
+        match msg {
+            Recv::Msg(CacheMsg::Event(e)) => match self.watcher.classify(&e) {
+                Some((kind, prev)) => {
+                    self.watcher.after = e.revision;
+                    Step::Send(self.watcher.event_line(kind, &e, prev))
+                }
+                None => Step::Skip,
+            },
+            Recv::Msg(CacheMsg::Progress(rev)) => {
+                let w = &mut self.watcher;
+                if w.bookmarks && rev > w.after && w.output == Output::Json {
+                    w.after = rev;
+                    Step::Send(line("BOOKMARK", &bookmark(&w.def, rev, false)))
+                } else {
+                    Step::Skip
+                }
+            }
+            Recv::Msg(CacheMsg::Reset) | Recv::Lagged | Recv::Closed => Step::End,
+        }
+    }
+
     /// The next line to send, or `None` when the stream ends: at `timeoutSeconds`, on server
     /// shutdown, when this watcher lagged behind the cache's backlog, or when the cache reset.
     async fn next_line(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
         if let Some(b) = self.initial.pop_front() {
             return Some(b);
         }
@@ -123,31 +167,64 @@ impl WatchStream {
             let msg = tokio::select! {
                 biased;
                 r = self.sub.recv() => r,
-                _ = &mut self.stop => return None,
+                _ = &mut self.stop => Recv::Closed,
             };
-            match msg {
-                Recv::Msg(CacheMsg::Event(e)) => {
-                    if let Some((kind, prev)) = self.watcher.classify(&e) {
-                        self.watcher.after = e.revision;
-                        return Some(self.watcher.event_line(kind, &e, prev));
-                    }
+            match self.step(msg) {
+                Step::Send(b) => return Some(b),
+                Step::Skip => {}
+                Step::End => {
+                    self.ended = true;
+                    return None;
                 }
-                Recv::Msg(CacheMsg::Progress(rev)) => {
-                    let w = &mut self.watcher;
-                    if w.bookmarks && rev > w.after && w.output == Output::Json {
-                        w.after = rev;
-                        return Some(line("BOOKMARK", &bookmark(&w.def, rev, false)));
-                    }
-                }
-                Recv::Msg(CacheMsg::Reset) | Recv::Lagged | Recv::Closed => return None,
             }
         }
     }
 
+    /// The next line if one is ready without waiting (initial lines, then messages already
+    /// queued for this watcher); `None` when none is, or the stream ended.
+    fn ready_line(&mut self) -> Option<Bytes> {
+        if self.ended {
+            return None;
+        }
+        if let Some(b) = self.initial.pop_front() {
+            return Some(b);
+        }
+        loop {
+            let msg = self.sub.try_recv()?;
+            match self.step(msg) {
+                Step::Send(b) => return Some(b),
+                Step::Skip => {}
+                Step::End => {
+                    self.ended = true;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The next chunk to send: the next line, followed by the lines already ready after it (up
+    /// to [`CHUNK_BYTES`]; never waiting for more). A single line is sent as is, shared with the
+    /// other watchers; `None` when the stream ends.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        let first = self.next_line().await?;
+        if first.len() >= CHUNK_BYTES {
+            return Some(first);
+        }
+        let Some(second) = self.ready_line() else { return Some(first) };
+        let mut chunk = bytes::BytesMut::with_capacity((first.len() + second.len()) * 2);
+        chunk.extend_from_slice(&first);
+        chunk.extend_from_slice(&second);
+        while chunk.len() < CHUNK_BYTES {
+            let Some(next) = self.ready_line() else { break };
+            chunk.extend_from_slice(&next);
+        }
+        Some(chunk.freeze())
+    }
+
     fn into_stream(self) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
         futures::stream::unfold(self, |mut s| async move {
-            let line = s.next_line().await?;
-            Some((Ok(line), s))
+            let chunk = s.next_chunk().await?;
+            Some((Ok(chunk), s))
         })
     }
 }
@@ -313,6 +390,7 @@ pub async fn serve(
         initial: initial.into(),
         sub,
         stop: stop_signal(timeout, state.shutdown.clone()),
+        ended: false,
         _registered: Registered::new(state.metrics.watch_gauge(def.group, def.resource)),
     };
     Ok(stream_response(stream.into_stream()))
@@ -375,6 +453,7 @@ mod tests {
             initial: Default::default(),
             sub,
             stop: stop_signal(timeout, shutdown),
+            ended: false,
             _registered: Registered::new(gauge.clone()),
         };
         (stream, gauge, shutdown_tx)
@@ -410,6 +489,42 @@ mod tests {
         let (mut stream, _, shutdown) = pod_stream(&cache, Duration::from_secs(3600));
         shutdown.send_replace(true);
         assert!(stream.next_line().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn lines_already_queued_go_out_in_one_chunk_and_a_chunk_never_waits_for_more() {
+        let cache = crate::watchcache::WatchCache::new("/registry/pods/".into(), 100, 16);
+        let (mut stream, _, _shutdown) = pod_stream(&cache, Duration::from_secs(3600));
+        pod_put(&cache, "/registry/pods/ns1/a", 1);
+        pod_put(&cache, "/registry/pods/ns2/other", 2);
+        pod_put(&cache, "/registry/pods/ns1/b", 3);
+        let chunk = stream.next_chunk().await.expect("the queued events");
+        let text = String::from_utf8_lossy(&chunk);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].contains(r#""name":"a""#) && lines[1].contains(r#""name":"b""#), "{text}");
+        assert!(text.ends_with("}\n"), "{text}");
+        // Nothing queued: the next chunk is the next event alone, once it comes.
+        let next = tokio::spawn(async move { stream.next_chunk().await });
+        tokio::task::yield_now().await;
+        pod_put(&cache, "/registry/pods/ns1/c", 4);
+        let chunk = next.await.expect("the stream task").expect("the event at revision 4");
+        assert_eq!(String::from_utf8_lossy(&chunk).lines().count(), 1);
+        assert!(chunk.windows(10).any(|w| w == br#""name":"c""#));
+    }
+
+    #[tokio::test]
+    async fn a_chunk_ends_with_the_lines_ready_before_a_lag_and_then_the_stream_ends() {
+        let cache = crate::watchcache::WatchCache::new("/registry/pods/".into(), 100, 4);
+        let (mut stream, _, _shutdown) = pod_stream(&cache, Duration::from_secs(3600));
+        stream.initial.extend([Bytes::from_static(b"one\n"), Bytes::from_static(b"two\n")]);
+        for r in 1..=10 {
+            pod_put(&cache, &format!("/registry/pods/ns1/p{r}"), r);
+        }
+        assert_eq!(stream.next_chunk().await.as_deref(), Some(&b"one\ntwo\n"[..]));
+        assert!(stream.next_chunk().await.is_none(), "lagged: the stream ends");
+        pod_put(&cache, "/registry/pods/ns1/late", 11);
+        assert!(stream.next_chunk().await.is_none(), "an ended stream stays ended");
     }
 
     #[tokio::test]

@@ -41,7 +41,7 @@ use skiff_auth::rbac::RbacAuthorizer;
 
 use crate::AppState;
 use crate::admission::{Admission, Attributes, Operation};
-use crate::authn::{StateSlot, cache_get, cache_objects};
+use crate::authn::{StateSlot, cache_get, cache_get_shared, cache_objects};
 use crate::registry::ResourceDef;
 use crate::watchcache::{CacheMsg, EventKind, Recv};
 
@@ -59,27 +59,58 @@ type OverlayKey = (String, String, String);
 /// top for a short while.
 pub struct CacheLookup {
     slot: StateSlot,
-    overlay: Mutex<HashMap<OverlayKey, (Value, Instant)>>,
+    overlay: Mutex<HashMap<OverlayKey, (Arc<Value>, Instant)>>,
+    /// The last listing of each (storage, namespace) and the cache revision it was taken at:
+    /// every pod create lists PriorityClasses, LimitRanges and ResourceQuotas, which rarely
+    /// change, so a listing is reused while its cache has not moved.
+    lists: Mutex<HashMap<(String, String), (i64, Vec<Arc<Value>>)>>,
 }
 
 impl CacheLookup {
     fn new(slot: StateSlot) -> Self {
-        Self { slot, overlay: Mutex::new(HashMap::new()) }
+        Self { slot, overlay: Mutex::new(HashMap::new()), lists: Mutex::new(HashMap::new()) }
     }
 
-    fn get(&self, storage: &str, ns: &str, name: &str) -> Option<Value> {
-        if let Some(v) = self.slot.get().and_then(|s| cache_get(&s, storage, ns, name)) {
+    fn get(&self, storage: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
+        if let Some(v) = self.slot.get().and_then(|s| cache_get_shared(&s, storage, ns, name)) {
             return Some(v);
         }
         let mut overlay = self.overlay.lock();
+        if overlay.is_empty() {
+            return None;
+        }
         overlay.retain(|_, (_, at)| at.elapsed() < OVERLAY_TTL);
         overlay.get(&(storage.to_string(), ns.to_string(), name.to_string())).map(|(v, _)| v.clone())
     }
 
-    fn list(&self, storage: &str, ns: &str) -> Vec<Value> {
+    fn list_shared(&self, storage: &str, ns: &str) -> Vec<Arc<Value>> {
         let Some(state) = self.slot.get() else { return Vec::new() };
+        let Some(cache) = state.caches.get(storage) else { return Vec::new() };
+        let memo_key = (storage.to_string(), ns.to_string());
+        // The cache's content is a function of its revision: an unchanged revision means an
+        // unchanged listing (a relist only ever moves the revision forward).
+        let revision = cache.revision();
+        if cache.is_ready()
+            && let Some((at, objects)) = self.lists.lock().get(&memo_key)
+            && *at == revision
+        {
+            return objects.clone();
+        }
         let tail = if ns.is_empty() { String::new() } else { format!("{ns}/") };
-        cache_objects(&state, storage, &tail).into_iter().map(|o| (*o).clone()).collect()
+        let snap = cache.snapshot(&format!("/registry/{storage}/{tail}"));
+        if cache.is_ready() {
+            let mut lists = self.lists.lock();
+            // One entry per namespace that had creates: bounded, for namespaces that come and go.
+            if lists.len() >= 4096 {
+                lists.clear();
+            }
+            lists.insert(memo_key, (snap.revision, snap.objects.clone()));
+        }
+        snap.objects
+    }
+
+    fn list(&self, storage: &str, ns: &str) -> Vec<Value> {
+        self.list_shared(storage, ns).into_iter().map(|o| (*o).clone()).collect()
     }
 
     /// Makes sure `storage` `ns/name` is seen if it is in the store: on a cache miss, reads
@@ -92,7 +123,7 @@ impl CacheLookup {
         match state.objects.get_internal(def, ns, name).await {
             Ok(Some((obj, _))) => {
                 let key = (def.storage.to_string(), ns.to_string(), name.to_string());
-                self.overlay.lock().insert(key, (obj, Instant::now()));
+                self.overlay.lock().insert(key, (Arc::new(obj), Instant::now()));
                 true
             }
             _ => false,
@@ -101,7 +132,7 @@ impl CacheLookup {
 }
 
 impl AdmissionLookup for CacheLookup {
-    fn namespace(&self, name: &str) -> Option<Value> {
+    fn namespace(&self, name: &str) -> Option<Arc<Value>> {
         self.get("namespaces", "", name)
     }
     fn limit_ranges(&self, namespace: &str) -> Vec<Value> {
@@ -110,10 +141,10 @@ impl AdmissionLookup for CacheLookup {
     fn resource_quotas(&self, namespace: &str) -> Vec<Value> {
         self.list("resourcequotas", namespace)
     }
-    fn priority_classes(&self) -> Vec<Value> {
-        self.list("priorityclasses", "")
+    fn priority_classes(&self) -> Vec<Arc<Value>> {
+        self.list_shared("priorityclasses", "")
     }
-    fn service_account(&self, namespace: &str, name: &str) -> Option<Value> {
+    fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.get("serviceaccounts", namespace, name)
     }
 }

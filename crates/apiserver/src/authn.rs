@@ -89,11 +89,23 @@ pub(crate) fn cache_objects(state: &AppState, storage: &str, prefix_tail: &str) 
 
 /// One object from a watch cache (`ns` empty for cluster-scoped objects).
 pub(crate) fn cache_get(state: &AppState, storage: &str, ns: &str, name: &str) -> Option<Value> {
+    cache_get_shared(state, storage, ns, name).map(|o| (*o).clone())
+}
+
+/// One object from a watch cache, shared with the cache (not copied).
+pub(crate) fn cache_get_shared(state: &AppState, storage: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
     let cache = state.caches.get(storage)?;
     // One key lookup: no snapshot of the prefix (nor a subscription to it) per call.
-    let key =
-        if ns.is_empty() { format!("/registry/{storage}/{name}") } else { format!("/registry/{storage}/{ns}/{name}") };
-    cache.get(&key).map(|o| (*o).clone())
+    let mut key = String::with_capacity(11 + storage.len() + ns.len() + name.len());
+    key.push_str("/registry/");
+    key.push_str(storage);
+    key.push('/');
+    if !ns.is_empty() {
+        key.push_str(ns);
+        key.push('/');
+    }
+    key.push_str(name);
+    cache.get(&key)
 }
 
 /// `--service-account-lookup`: token validation checks the service account and bound objects

@@ -59,8 +59,7 @@ pub fn new_uid() -> String {
     let mut b: [u8; 16] = rand::rng().random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    skiff_auth::authn::serviceaccount::format_uuid(&b)
 }
 
 /// `generateName` + 5 random characters from Kubernetes' alphabet (no vowels, no confusables).

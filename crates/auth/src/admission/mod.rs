@@ -186,6 +186,12 @@ pub struct Feedback {
 pub trait MutatingAdmission: Send + Sync {
     /// The plugin's name, e.g. `ServiceAccount`.
     fn name(&self) -> &str;
+    /// Whether the plugin can act at all right now (e.g. a webhook plugin with webhooks
+    /// configured): a cheap check made before [`Self::admit`]'s future is built, which skips
+    /// the plugin when `false`. `true` unless overridden.
+    fn active(&self) -> bool {
+        true
+    }
     /// May change `req.object`; an error rejects the request.
     ///
     /// # Errors
@@ -198,6 +204,12 @@ pub trait MutatingAdmission: Send + Sync {
 pub trait ValidatingAdmission: Send + Sync {
     /// The plugin's name.
     fn name(&self) -> &str;
+    /// Whether the plugin can act at all right now: a cheap check made before
+    /// [`Self::validate`]'s future is built, which skips the plugin when `false`. `true` unless
+    /// overridden.
+    fn active(&self) -> bool {
+        true
+    }
     /// Accepts or rejects the request; must not change it.
     ///
     /// # Errors
@@ -208,16 +220,16 @@ pub trait ValidatingAdmission: Send + Sync {
 /// What built-in plugins read from the API. Objects are JSON as stored. Implementations read
 /// the API server's watch caches (cheap, synchronous).
 pub trait AdmissionLookup: Send + Sync {
-    /// Namespace `name`.
-    fn namespace(&self, name: &str) -> Option<Value>;
+    /// Namespace `name` (shared, not copied: admission runs on every write).
+    fn namespace(&self, name: &str) -> Option<Arc<Value>>;
     /// LimitRanges in `namespace`.
     fn limit_ranges(&self, namespace: &str) -> Vec<Value>;
     /// ResourceQuotas in `namespace`.
     fn resource_quotas(&self, namespace: &str) -> Vec<Value>;
-    /// Every PriorityClass.
-    fn priority_classes(&self) -> Vec<Value>;
-    /// ServiceAccount `namespace/name`.
-    fn service_account(&self, namespace: &str, name: &str) -> Option<Value>;
+    /// Every PriorityClass (shared, not copied: every pod create reads them).
+    fn priority_classes(&self) -> Vec<Arc<Value>>;
+    /// ServiceAccount `namespace/name` (shared, not copied).
+    fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
     /// Persists a ResourceQuota's new `status.used` (compare-and-swap on its resourceVersion)
     /// after ResourceQuota admission charged a request to it, as kube-apiserver does before
     /// admitting. The default does nothing (the quota controller catches up).
@@ -274,8 +286,8 @@ impl MemoryLookup {
 }
 
 impl AdmissionLookup for MemoryLookup {
-    fn namespace(&self, name: &str) -> Option<Value> {
-        self.get("Namespace", "", name)
+    fn namespace(&self, name: &str) -> Option<Arc<Value>> {
+        self.get("Namespace", "", name).map(Arc::new)
     }
     fn limit_ranges(&self, namespace: &str) -> Vec<Value> {
         self.list("LimitRange", Some(namespace))
@@ -283,11 +295,11 @@ impl AdmissionLookup for MemoryLookup {
     fn resource_quotas(&self, namespace: &str) -> Vec<Value> {
         self.list("ResourceQuota", Some(namespace))
     }
-    fn priority_classes(&self) -> Vec<Value> {
-        self.list("PriorityClass", None)
+    fn priority_classes(&self) -> Vec<Arc<Value>> {
+        self.list("PriorityClass", None).into_iter().map(Arc::new).collect()
     }
-    fn service_account(&self, namespace: &str, name: &str) -> Option<Value> {
-        self.get("ServiceAccount", namespace, name)
+    fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.get("ServiceAccount", namespace, name).map(Arc::new)
     }
     fn update_resource_quota_status(&self, quota: &Value) -> Result<(), ApiError> {
         self.put(quota.clone());
@@ -377,7 +389,7 @@ impl AdmissionChain {
     /// The first plugin error.
     pub async fn mutate(&self, req: &mut AdmissionRequest) -> Result<Feedback, ApiError> {
         let mut feedback = Feedback::default();
-        for p in &self.mutating {
+        for p in self.mutating.iter().filter(|p| p.active()) {
             p.admit(req, &mut feedback).await?;
         }
         Ok(feedback)
@@ -389,7 +401,7 @@ impl AdmissionChain {
     /// The first plugin error.
     pub async fn validate(&self, req: &AdmissionRequest) -> Result<Feedback, ApiError> {
         let mut feedback = Feedback::default();
-        for p in &self.validating {
+        for p in self.validating.iter().filter(|p| p.active()) {
             p.validate(req, &mut feedback).await?;
         }
         Ok(feedback)

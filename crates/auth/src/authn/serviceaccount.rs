@@ -192,8 +192,22 @@ pub fn random_uuid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format_uuid(&b)
+}
+
+/// `b` in the UUID text form `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (lower-case hex), written
+/// into one string (UIDs are made on every create).
+pub fn format_uuid(b: &[u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(36);
+    for (i, x) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 0x0f)] as char);
+    }
+    s
 }
 
 impl TokenIssuer {
@@ -643,6 +657,16 @@ mod tests {
 
     fn issuer() -> TokenIssuer {
         TokenIssuer::new(DEFAULT_ISSUER, vec![], &generate_signing_key_pem().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn uuids_are_written_as_lower_case_hex_groups_of_8_4_4_4_12() {
+        let b = [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10];
+        assert_eq!(format_uuid(&b), "01234567-89ab-cdef-fedc-ba9876543210");
+        let u = random_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"));
     }
 
     #[derive(Default)]

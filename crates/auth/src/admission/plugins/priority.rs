@@ -35,12 +35,12 @@ pub fn system_priority_classes() -> Vec<Value> {
         .collect()
 }
 
-fn find_class(lookup: &dyn AdmissionLookup, name: &str) -> Option<Value> {
+fn find_class(lookup: &dyn AdmissionLookup, name: &str) -> Option<Arc<Value>> {
     lookup
         .priority_classes()
         .into_iter()
         .find(|c| c["metadata"]["name"] == name)
-        .or_else(|| system_priority_classes().into_iter().find(|c| c["metadata"]["name"] == name))
+        .or_else(|| system_priority_classes().into_iter().find(|c| c["metadata"]["name"] == name).map(Arc::new))
 }
 
 /// Sets `spec.priority`, `spec.priorityClassName` (from the global default) and

@@ -38,6 +38,14 @@ pub fn random_suffix() -> String {
 
 /// The projected token volume named `name`.
 pub fn token_volume(name: &str) -> Value {
+    // Built once and copied: a copy reuses the maps' hash tables, building rehashes every key.
+    static TEMPLATE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| build_token_volume(""));
+    let mut v = TEMPLATE.clone();
+    v["name"] = name.into();
+    v
+}
+
+fn build_token_volume(name: &str) -> Value {
     json!({
         "name": name,
         "projected": {

@@ -417,6 +417,9 @@ impl MutatingAdmission for MutatingWebhookPlugin {
     fn name(&self) -> &str {
         "MutatingAdmissionWebhook"
     }
+    fn active(&self) -> bool {
+        self.0.mutating.read().values().any(|c| c.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
+    }
 
     async fn admit(&self, req: &mut AdmissionRequest, feedback: &mut Feedback) -> Result<(), ApiError> {
         let hooks = self.0.mutating_webhooks();
@@ -466,6 +469,9 @@ struct ValidatingWebhookPlugin(Arc<WebhookAdmission>);
 impl ValidatingAdmission for ValidatingWebhookPlugin {
     fn name(&self) -> &str {
         "ValidatingAdmissionWebhook"
+    }
+    fn active(&self) -> bool {
+        self.0.validating.read().values().any(|c| c.webhooks.as_ref().is_some_and(|w| !w.is_empty()))
     }
 
     async fn validate(&self, req: &AdmissionRequest, feedback: &mut Feedback) -> Result<(), ApiError> {

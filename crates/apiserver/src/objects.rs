@@ -76,6 +76,10 @@ pub struct Written {
     pub warnings: Vec<String>,
     /// True when the write created the object (201 rather than 200).
     pub created: bool,
+    /// `object` as JSON, when the write could splice it from the stored bytes instead of a
+    /// second serialization (creates of kinds whose stored form is their external form):
+    /// byte for byte what `serde_json::to_vec(&object)` gives.
+    pub json: Option<Vec<u8>>,
 }
 
 /// `DeleteOptions` that matter to the store.
@@ -257,15 +261,62 @@ fn decode_stored(def: &ResourceDef, value: &[u8], rev: Revision) -> Result<Value
 /// which are removed from `obj` itself rather than from a copy (callers set the new
 /// resourceVersion after the write).
 fn encode_stored(obj: &mut Value) -> Result<Vec<u8>, ApiError> {
+    Ok(encode_stored_with_metadata_end(obj)?.0)
+}
+
+/// [`encode_stored`], plus the offset of the closing brace of the top-level `metadata` object
+/// in the bytes (when there is one) and whether that object is empty: where
+/// [`with_resource_version`] puts the `resourceVersion` a write assigns.
+fn encode_stored_with_metadata_end(obj: &mut Value) -> Result<(Vec<u8>, Option<(usize, bool)>), ApiError> {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         m.remove("selfLink");
     }
-    let bytes = serde_json::to_vec(&*obj).map_err(|e| ApiError::internal(e.to_string()))?;
+    let internal = |e: serde_json::Error| ApiError::internal(e.to_string());
+    let (bytes, metadata_end) = match &*obj {
+        Value::Object(map) => {
+            // serde_json's compact form of a map, written entry by entry to note where
+            // metadata ends.
+            let mut out = Vec::with_capacity(2048);
+            let mut metadata_end = None;
+            out.push(b'{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut out, k).map_err(internal)?;
+                out.push(b':');
+                serde_json::to_writer(&mut out, v).map_err(internal)?;
+                if let (true, Value::Object(m)) = (k == "metadata", v) {
+                    metadata_end = Some((out.len() - 1, m.is_empty()));
+                }
+            }
+            out.push(b'}');
+            (out, metadata_end)
+        }
+        other => (serde_json::to_vec(other).map_err(internal)?, None),
+    };
     if bytes.len() > skiff_store::MAX_VALUE_BYTES {
         return Err(ApiError::too_large("Request entity too large: limit is 3145728"));
     }
-    Ok(bytes)
+    Ok((bytes, metadata_end))
+}
+
+/// The JSON of a stored object once [`set_resource_version`] has given it `rv`: `stored` (from
+/// [`encode_stored_with_metadata_end`], whose metadata holds no resourceVersion) with
+/// `"resourceVersion":"rv"` appended to metadata, as the map insert appends it.
+fn with_resource_version(stored: &[u8], metadata_end: (usize, bool), rv: Revision) -> Vec<u8> {
+    let (end, empty) = metadata_end;
+    let mut out = Vec::with_capacity(stored.len() + 40);
+    out.extend_from_slice(&stored[..end]);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(rv.to_string().as_bytes());
+    out.push(b'"');
+    out.extend_from_slice(&stored[end..]);
+    out
 }
 
 /// The continue token: base64 JSON `{"v":"meta.k8s.io/v1","rv":R,"start":KEY}` like
@@ -378,11 +429,11 @@ pub fn typed_decode(
     fv: FieldValidation,
 ) -> Result<(Value, Vec<String>), ApiError> {
     let version = api_version.rsplit('/').next().unwrap_or(api_version);
-    let prefix = format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
+    let prefix = || format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
     let typed = match schema::normalize(api_version, kind, &obj) {
         None => obj.clone(),
         Some(Ok(t)) => t,
-        Some(Err(e)) => return Err(ApiError::bad_request(format!("{prefix}: {e}"))),
+        Some(Err(e)) => return Err(ApiError::bad_request(format!("{}: {e}", prefix()))),
     };
     if fv == FieldValidation::Ignore {
         return Ok((typed, Vec::new()));
@@ -397,7 +448,7 @@ pub fn typed_decode(
     }
     match fv {
         FieldValidation::Strict => {
-            Err(ApiError::bad_request(format!("{prefix}: strict decoding error: {}", problems.join(", "))))
+            Err(ApiError::bad_request(format!("{}: strict decoding error: {}", prefix(), problems.join(", "))))
         }
         _ => Ok((typed, problems)),
     }
@@ -614,20 +665,24 @@ impl Objects {
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
-        let bytes = encode_stored(&mut obj)?;
+        let (bytes, metadata_end) = encode_stored_with_metadata_end(&mut obj)?;
         if opts.dry_run {
             if self.get_internal(def, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(def.group, def.resource, &name));
             }
-            return Ok(Written { object: convert::to_external(def, obj), warnings, created: true });
+            return Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json: None });
         }
+        // The response's JSON is the stored JSON plus the new resourceVersion (one
+        // serialization per create instead of two), where the stored form is the external one.
+        let splice = metadata_end.filter(|_| convert::is_identity(def)).map(|end| (bytes.clone(), end));
         let key = def.key(ns, &name);
         let rev = self
             .write("create", def, move |store| Box::pin(async move { store.create(&key, bytes).await }), |r| *r)
             .await
             .map_err(|e| store_error(def, &name, e))?;
         set_resource_version(&mut obj, rev);
-        Ok(Written { object: convert::to_external(def, obj), warnings, created: true })
+        let json = splice.map(|(stored, end)| with_resource_version(&stored, end, rev));
+        Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json })
     }
 
     /// The update loop shared by PUT, PATCH and subresource writes: reads the current object,
@@ -721,13 +776,23 @@ impl Objects {
                 && !namespace_spec_finalizers(&new)
             {
                 if opts.dry_run {
-                    return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
+                    return Ok(Written {
+                        object: convert::to_external(def, new),
+                        warnings,
+                        created: false,
+                        json: None,
+                    });
                 }
                 let key = def.key(ns, name);
                 match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
                         set_resource_version(&mut new, rev);
-                        return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
+                        return Ok(Written {
+                            object: convert::to_external(def, new),
+                            warnings,
+                            created: false,
+                            json: None,
+                        });
                     }
                     Err(skiff_store::Error::Conflict { .. }) | Err(skiff_store::Error::NotFound { .. }) if !pinned => {
                         continue;
@@ -737,12 +802,12 @@ impl Objects {
             }
             if without_rv(&new) == without_rv(&old) {
                 // A no-op update writes nothing and keeps the resourceVersion.
-                return Ok(Written { object: convert::to_external(def, old), warnings, created: false });
+                return Ok(Written { object: convert::to_external(def, old), warnings, created: false, json: None });
             }
             let bytes = encode_stored(&mut new)?;
             if opts.dry_run {
                 set_resource_version(&mut new, old_rev);
-                return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
+                return Ok(Written { object: convert::to_external(def, new), warnings, created: false, json: None });
             }
             let key = def.key(ns, name);
             match self
@@ -756,7 +821,12 @@ impl Objects {
             {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
-                    return Ok(Written { object: convert::to_external(def, new), warnings, created: false });
+                    return Ok(Written {
+                        object: convert::to_external(def, new),
+                        warnings,
+                        created: false,
+                        json: None,
+                    });
                 }
                 Err(skiff_store::Error::Conflict { .. }) if !pinned => continue,
                 Err(skiff_store::Error::NotFound { .. }) if !pinned => continue,
@@ -1153,6 +1223,22 @@ mod tests {
     use crate::watchcache::WatchCache;
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::Duration;
+
+    #[test]
+    fn a_created_object_spliced_from_its_stored_json_is_what_serializing_it_gives() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n", "resourceVersion": "3",
+                "labels": {"a\"b": "c\\d"}}, "spec": {"containers": [{"name": "c", "image": "é"}]}}),
+            json!({"metadata": {}, "kind": "X"}),
+            json!({"kind": "X", "metadata": {"selfLink": "/x"}, "z": [1, 2.5, null, {"q": false}]}),
+        ];
+        for mut obj in objects {
+            let (stored, end) = encode_stored_with_metadata_end(&mut obj).unwrap();
+            assert_eq!(stored, serde_json::to_vec(&obj).unwrap());
+            set_resource_version(&mut obj, 42);
+            assert_eq!(with_resource_version(&stored, end.unwrap(), 42), serde_json::to_vec(&obj).unwrap());
+        }
+    }
 
     #[tokio::test]
     async fn the_namespace_cache_answers_only_once_it_has_seen_every_recorded_namespace_write() {

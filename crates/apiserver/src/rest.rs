@@ -114,7 +114,11 @@ fn truthy(q: &Query, k: &str) -> bool {
 
 /// A JSON response.
 pub fn json_response(code: StatusCode, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    json_bytes_response(code, serde_json::to_vec(body).unwrap_or_default())
+}
+
+/// A response of JSON already serialized.
+fn json_bytes_response(code: StatusCode, bytes: Vec<u8>) -> Response {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
@@ -522,7 +526,10 @@ async fn dispatch(
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
             let opts = write_options(q, &user, &parts.headers)?;
             let w = state.objects.create(def, ns, obj, is_json.then_some(&bytes[..]), &opts).await?;
-            let mut resp = json_response(StatusCode::CREATED, &render_object(def, w.object, out));
+            let mut resp = match (out, w.json) {
+                (Output::Json, Some(json)) => json_bytes_response(StatusCode::CREATED, json),
+                _ => json_response(StatusCode::CREATED, &render_object(def, w.object, out)),
+            };
             add_warnings(&mut resp, &w.warnings);
             Ok(resp)
         }
@@ -553,7 +560,10 @@ async fn dispatch(
                 .update(def, ns, name, subr, &opts, is_json.then_some(&bytes[..]), |_old| Ok(obj.clone()))
                 .await?;
             let code = if w.created { StatusCode::CREATED } else { StatusCode::OK };
-            let mut resp = json_response(code, &render_object(def, w.object, out));
+            let mut resp = match (out, w.json) {
+                (Output::Json, Some(json)) => json_bytes_response(code, json),
+                _ => json_response(code, &render_object(def, w.object, out)),
+            };
             add_warnings(&mut resp, &w.warnings);
             Ok(resp)
         }

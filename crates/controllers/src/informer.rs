@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::{Api, DynamicObject};
@@ -62,6 +63,41 @@ pub fn key_of<K: Resource>(obj: &K) -> String {
 /// a cached object stay correct: an update without managedFields keeps the stored ones.
 pub fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
+}
+
+/// Drops the volumes of a Pod whose content comes from the API server or the node — `configMap`,
+/// `secret`, `downwardAPI`, `projected` (the `kube-api-access-*` volume the ServiceAccount
+/// admission adds to every pod) and `emptyDir` — from a copy about to be cached. No controller
+/// here and no scheduler plugin reads them (kube-scheduler's volume plugins — VolumeBinding,
+/// VolumeRestrictions, VolumeZone, NodeVolumeLimits — look only at persistent, CSI, ephemeral
+/// and cloud-disk volumes, which are kept), and a typed `Volume` is ~2 KB of mostly empty
+/// fields plus its sources: about a third of a small cached Pod. `volumeMounts` still name the
+/// dropped volumes; nothing writes a cached pod's spec back (spec.volumes is immutable anyway).
+pub fn strip_api_sourced_volumes(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else { return };
+    let Some(volumes) = spec.volumes.as_mut() else { return };
+    volumes.retain(|v| {
+        v.config_map.is_none()
+            && v.secret.is_none()
+            && v.downward_api.is_none()
+            && v.projected.is_none()
+            && v.empty_dir.is_none()
+    });
+    if volumes.is_empty() {
+        spec.volumes = None;
+    } else {
+        volumes.shrink_to_fit();
+    }
+}
+
+/// The transform every informer cache applies to an object before storing it (client-go's
+/// `SetTransform` with `TransformStripManagedFields`): [`strip_managed_fields`], and for Pods
+/// [`strip_api_sourced_volumes`].
+pub fn transform_for_cache<K: Resource + 'static>(obj: &mut K) {
+    strip_managed_fields(obj);
+    if let Some(pod) = (obj as &mut dyn Any).downcast_mut::<Pod>() {
+        strip_api_sourced_volumes(pod);
+    }
 }
 
 /// Reduces a `DynamicObject` to its type and metadata (a `PartialObjectMetadata`, as the
@@ -213,9 +249,10 @@ impl<K: Resource + Send + Sync + 'static> Store<K> {
 
     /// Inserts or replaces an object; returns the new entry and the previous one.
     ///
-    /// `metadata.managedFields` is dropped first (see [`strip_managed_fields`]).
+    /// The object is reduced first by [`transform_for_cache`] (no managedFields; for Pods, no
+    /// API-sourced volumes).
     pub fn apply(&self, mut obj: K) -> (Arc<K>, Option<Arc<K>>) {
-        strip_managed_fields(&mut obj);
+        transform_for_cache(&mut obj);
         let key = key_of(&obj);
         let obj = Arc::new(obj);
         let mut inner = self.inner.write();
@@ -874,5 +911,38 @@ mod tests {
         assert_eq!(obj.metadata.managed_fields, None);
         assert_eq!(obj.metadata.uid.as_deref(), Some("u1"));
         assert_eq!(obj.types.as_ref().map(|t| t.kind.as_str()), Some("Pod"));
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_its_persistent_volumes_and_drops_the_api_sourced_ones() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapVolumeSource, EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, ProjectedVolumeSource,
+            Volume,
+        };
+        let mut p = pod("ns", "a", "1", Some("n1"), None);
+        let volume = |name: &str| Volume { name: name.into(), ..Default::default() };
+        p.spec.as_mut().unwrap().volumes = Some(vec![
+            Volume { projected: Some(ProjectedVolumeSource::default()), ..volume("kube-api-access-x") },
+            Volume { config_map: Some(ConfigMapVolumeSource::default()), ..volume("config") },
+            Volume { empty_dir: Some(EmptyDirVolumeSource::default()), ..volume("scratch") },
+            Volume {
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: "data".into(),
+                    ..Default::default()
+                }),
+                ..volume("data")
+            },
+        ]);
+        let store = Store::<Pod>::new();
+        let (cached, _) = store.apply(p);
+        let names: Vec<_> = cached.spec.as_ref().unwrap().volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, vec!["data"]);
+        assert_eq!(cached.spec.as_ref().unwrap().node_name.as_deref(), Some("n1"));
+
+        let mut only_token = pod("ns", "b", "1", None, None);
+        only_token.spec.as_mut().unwrap().volumes =
+            Some(vec![Volume { projected: Some(ProjectedVolumeSource::default()), ..volume("kube-api-access-y") }]);
+        let (cached, _) = store.apply(only_token);
+        assert!(cached.spec.as_ref().unwrap().volumes.is_none());
     }
 }

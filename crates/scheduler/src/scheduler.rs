@@ -66,7 +66,8 @@ impl ClusterListers for InformerListers {
 impl InformerListers {
     /// Builds a [`PodInfo`], resolving priority and preemption policy from the pod's
     /// PriorityClass (or the global default class) when the API server did not fill them in.
-    pub fn pod_info(&self, pod: Pod) -> Arc<PodInfo> {
+    /// The pod is shared with the informer's cache, not copied.
+    pub fn pod_info(&self, pod: Arc<Pod>) -> Arc<PodInfo> {
         let spec = pod.spec.as_ref();
         let class = || -> Option<Arc<PriorityClass>> {
             match spec.and_then(|s| s.priority_class_name.as_deref()).filter(|n| !n.is_empty()) {
@@ -83,7 +84,7 @@ impl InformerListers {
                 _ => PreemptionPolicy::PreemptLowerPriority,
             }
         };
-        Arc::new(PodInfo::with_priority(Arc::new(pod), priority, policy))
+        Arc::new(PodInfo::with_priority(pod, priority, policy))
     }
 }
 
@@ -272,14 +273,14 @@ pub async fn run_unelected_with_metrics(
                     return;
                 }
                 if is_assigned(&p) {
-                    cache.add_pod(listers.pod_info((*p).clone()));
+                    cache.add_pod(listers.pod_info(p.clone()));
                     queue.move_all_to_active_or_backoff(ClusterEvent::ASSIGNED_POD_ADD);
                 } else if responsible(&p) {
-                    queue.add(listers.pod_info((*p).clone()));
+                    queue.add(listers.pod_info(p.clone()));
                 }
             }
             Change::Update(old, new) => {
-                let info = listers.pod_info((*new).clone());
+                let info = listers.pod_info(new.clone());
                 if is_assigned(&new) {
                     if !is_assigned(&old) {
                         queue.delete(&info.key, &info.uid);
@@ -290,7 +291,7 @@ pub async fn run_unelected_with_metrics(
                         return;
                     }
                     cache.update_pod(info.clone());
-                    let old_info = listers.pod_info((*old).clone());
+                    let old_info = listers.pod_info(old.clone());
                     let mut action = crate::queue::pod_update_actions(&old_info, &info);
                     if !is_assigned(&old) {
                         action = ActionType::ADD;
@@ -306,13 +307,13 @@ pub async fn run_unelected_with_metrics(
                     if is_terminal(&new) {
                         queue.delete(&info.key, &info.uid);
                     } else {
-                        let old_info = listers.pod_info((*old).clone());
+                        let old_info = listers.pod_info(old.clone());
                         queue.update(Some(&old_info), info);
                     }
                 }
             }
             Change::Delete(p) => {
-                let info = listers.pod_info((*p).clone());
+                let info = listers.pod_info(p.clone());
                 if is_assigned(&p) {
                     cache.remove_pod(&info.uid);
                     queue.move_all_to_active_or_backoff(ClusterEvent::ASSIGNED_POD_DELETE);

@@ -247,9 +247,12 @@ pub async fn run_node_lifecycle_controller(client: Client, cfg: NodeLifecycleCon
     )
     .default_backoff()
     .for_each(|_| std::future::ready(()));
+    // Only pods bound to a node matter here (MarkPodsNotReady and the taint manager look pods up
+    // by spec.nodeName), so unscheduled pods are not cached at all.
+    let assigned = watcher::Config::default().fields("spec.nodeName!=");
     let pod_stream = reflector::reflector(
         pod_writer,
-        watcher::watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()).modify(strip_managed_fields),
+        watcher::watcher(Api::<Pod>::all(client.clone()), assigned).modify(strip_managed_fields),
     )
     .default_backoff()
     .for_each(|_| std::future::ready(()));

@@ -6,6 +6,7 @@
 //! `cacheWatcher`. A watcher that cannot keep up is ended (its client resumes from the last
 //! resourceVersion it saw).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,11 +157,8 @@ impl WatchStream {
     /// The next line to send, or `None` when the stream ends: at `timeoutSeconds`, on server
     /// shutdown, when this watcher lagged behind the cache's backlog, or when the cache reset.
     async fn next_line(&mut self) -> Option<Bytes> {
-        if self.ended {
-            return None;
-        }
-        if let Some(b) = self.initial.pop_front() {
-            return Some(b);
+        if let ControlFlow::Break(line) = self.without_message() {
+            return line;
         }
         loop {
             // Ready events first: the stop signal is looked at when nothing is queued.
@@ -169,13 +167,8 @@ impl WatchStream {
                 r = self.sub.recv() => r,
                 _ = &mut self.stop => Recv::Closed,
             };
-            match self.step(msg) {
-                Step::Send(b) => return Some(b),
-                Step::Skip => {}
-                Step::End => {
-                    self.ended = true;
-                    return None;
-                }
+            if let ControlFlow::Break(line) = self.take(msg) {
+                return line;
             }
         }
     }
@@ -183,21 +176,38 @@ impl WatchStream {
     /// The next line if one is ready without waiting (initial lines, then messages already
     /// queued for this watcher); `None` when none is, or the stream ended.
     fn ready_line(&mut self) -> Option<Bytes> {
-        if self.ended {
-            return None;
-        }
-        if let Some(b) = self.initial.pop_front() {
-            return Some(b);
+        if let ControlFlow::Break(line) = self.without_message() {
+            return line;
         }
         loop {
             let msg = self.sub.try_recv()?;
-            match self.step(msg) {
-                Step::Send(b) => return Some(b),
-                Step::Skip => {}
-                Step::End => {
-                    self.ended = true;
-                    return None;
-                }
+            if let ControlFlow::Break(line) = self.take(msg) {
+                return line;
+            }
+        }
+    }
+
+    /// What needs no message from the cache: `Break(None)` once the stream has ended,
+    /// `Break(Some(line))` while initial lines remain, else `Continue`.
+    fn without_message(&mut self) -> ControlFlow<Option<Bytes>> {
+        if self.ended {
+            return ControlFlow::Break(None);
+        }
+        match self.initial.pop_front() {
+            Some(b) => ControlFlow::Break(Some(b)),
+            None => ControlFlow::Continue(()),
+        }
+    }
+
+    /// A received message's outcome: `Break(Some(line))` to send, `Break(None)` when it ends
+    /// the stream (marked ended), `Continue` when it is skipped.
+    fn take(&mut self, msg: Recv) -> ControlFlow<Option<Bytes>> {
+        match self.step(msg) {
+            Step::Send(b) => ControlFlow::Break(Some(b)),
+            Step::Skip => ControlFlow::Continue(()),
+            Step::End => {
+                self.ended = true;
+                ControlFlow::Break(None)
             }
         }
     }

@@ -666,29 +666,13 @@ impl Writer {
         let step_started = Instant::now();
         let new_cursor = self.background_transaction(|conn| {
             let started = Instant::now();
-            let rows: Vec<(Revision, Revision, bool)> = conn
-                .prepare_cached(
-                    "SELECT rev, prev_rev, deleted FROM kv WHERE rev > ?1 AND rev <= ?2 ORDER BY rev LIMIT ?3",
-                )?
-                .query_map(params![cursor, target, chunk as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<rusqlite::Result<_>>()?;
-            let mut delete = conn.prepare_cached("DELETE FROM kv WHERE rev = ?1")?;
-            let mut new_cursor = if rows.len() < chunk { target } else { rows.last().map_or(target, |r| r.0) };
-            for (i, &(rev, prev_rev, deleted)) in rows.iter().enumerate() {
-                if prev_rev > 0 {
-                    delete.execute([prev_rev])?;
-                }
-                if deleted {
-                    delete.execute([rev])?;
-                }
-                if i + 1 < rows.len()
-                    && (started.elapsed() >= COMPACTION_CHUNK_BUDGET
-                        || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0))
-                {
-                    new_cursor = rev;
-                    break;
-                }
-            }
+            let (rows, through) = read_compaction_rows(conn, cursor, target, chunk)?;
+            let stop = || {
+                started.elapsed() >= COMPACTION_CHUNK_BUDGET
+                    || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0)
+            };
+            let done = delete_compacted(conn, &rows, stop)?;
+            let new_cursor = if done < rows.len() { rows[done - 1].rev } else { through };
             set_meta(conn, "compact_cursor", new_cursor)?;
             Ok(new_cursor)
         })?;
@@ -722,32 +706,21 @@ impl Writer {
             return Ok(());
         }
         let through = self.prefetched_through;
-        let rows = std::mem::take(&mut self.prefetched);
+        let mut rows = std::mem::take(&mut self.prefetched);
+        rows.make_contiguous();
         let shared = self.shared.clone();
         let yields = self.background_yields;
         let step = self.background_transaction(|conn| {
             let started = Instant::now();
-            let mut delete = conn.prepare_cached("DELETE FROM kv WHERE rev = ?1")?;
-            let (mut new_cursor, mut done) = (through, rows.len());
-            for (i, row) in rows.iter().enumerate() {
-                if row.prev_rev > 0 {
-                    delete.execute([row.prev_rev])?;
-                }
-                if row.deleted {
-                    delete.execute([row.rev])?;
-                }
-                if i + 1 < rows.len()
-                    && (started.elapsed() >= COMPACTION_CHUNK_BUDGET
-                        || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0))
-                {
-                    (new_cursor, done) = (row.rev, i + 1);
-                    break;
-                }
-            }
+            let stop = || {
+                started.elapsed() >= COMPACTION_CHUNK_BUDGET
+                    || (yields && shared.queued_writes.load(Ordering::Relaxed) > 0)
+            };
+            let done = delete_compacted(conn, rows.as_slices().0, stop)?;
+            let new_cursor = if done < rows.len() { rows[done - 1].rev } else { through };
             set_meta(conn, "compact_cursor", new_cursor)?;
             Ok((new_cursor, done))
         });
-        let mut rows = rows;
         let (new_cursor, done) = match step {
             Ok(v) => v,
             Err(e) => {
@@ -971,7 +944,6 @@ pub(super) fn sync_loop(wal: std::fs::File, conn: Connection, rx: Receiver<Commi
     shared.hub.close();
 }
 
-/// The writer's ends of its channels to the checkpointer thread.
 /// One history row as compaction sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct CompactionRow {
@@ -997,6 +969,43 @@ pub(super) struct CompactionReaderLink {
     pub(super) rows: Receiver<CompactionRows>,
 }
 
+/// Up to `n` history rows in `(after, target]`, in revision order, and the revision through
+/// which they are every row: `target` when fewer than `n` were left, else the last row's.
+fn read_compaction_rows(
+    conn: &Connection,
+    after: Revision,
+    target: Revision,
+    n: usize,
+) -> rusqlite::Result<(Vec<CompactionRow>, Revision)> {
+    let rows: Vec<CompactionRow> = conn
+        .prepare_cached("SELECT rev, prev_rev, deleted FROM kv WHERE rev > ?1 AND rev <= ?2 ORDER BY rev LIMIT ?3")?
+        .query_map(params![after, target, n as i64], |r| {
+            Ok(CompactionRow { rev: r.get(0)?, prev_rev: r.get(1)?, deleted: r.get(2)? })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let through = if rows.len() < n { target } else { rows.last().map_or(target, |r| r.rev) };
+    Ok((rows, through))
+}
+
+/// Deletes what compaction removes for `rows` (in revision order): the value each row replaced
+/// and each tombstone itself. Stops early, after at least one row, once `stop()` says so
+/// (the step's time budget is spent or a write is queued); returns how many rows it processed.
+fn delete_compacted(conn: &Connection, rows: &[CompactionRow], stop: impl Fn() -> bool) -> rusqlite::Result<usize> {
+    let mut delete = conn.prepare_cached("DELETE FROM kv WHERE rev = ?1")?;
+    for (i, row) in rows.iter().enumerate() {
+        if row.prev_rev > 0 {
+            delete.execute([row.prev_rev])?;
+        }
+        if row.deleted {
+            delete.execute([row.rev])?;
+        }
+        if i + 1 < rows.len() && stop() {
+            return Ok(i + 1);
+        }
+    }
+    Ok(rows.len())
+}
+
 /// The compaction reader thread's loop: reads, on its own read connection and outside any
 /// write transaction, the history rows of the writer's next compaction step, and looks up the
 /// rows they supersede so that their pages are in the OS cache when the writer deletes them.
@@ -1009,15 +1018,7 @@ pub(super) fn compaction_read_loop(
 ) {
     while let Ok((after, target, n)) = requests.recv() {
         let read = || -> rusqlite::Result<CompactionRows> {
-            let rows: Vec<CompactionRow> = conn
-                .prepare_cached(
-                    "SELECT rev, prev_rev, deleted FROM kv WHERE rev > ?1 AND rev <= ?2 ORDER BY rev LIMIT ?3",
-                )?
-                .query_map(params![after, target, n as i64], |r| {
-                    Ok(CompactionRow { rev: r.get(0)?, prev_rev: r.get(1)?, deleted: r.get(2)? })
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            let through = if rows.len() < n { target } else { rows.last().map_or(target, |r| r.rev) };
+            let (rows, through) = read_compaction_rows(&conn, after, target, n)?;
             let mut touch = conn.prepare_cached("SELECT length(key) FROM kv WHERE rev = ?1")?;
             for row in &rows {
                 if row.prev_rev > 0 {
@@ -1041,6 +1042,7 @@ pub(super) fn compaction_read_loop(
     }
 }
 
+/// The writer's ends of its channels to the checkpointer thread.
 pub(super) struct CheckpointerLink {
     /// Opens restart window number `n` (the checkpointer checkpoints at once); dropping it
     /// stops the checkpointer.

@@ -266,25 +266,33 @@ mod tests {
         std::future::pending::<()>().await;
     }
 
+    /// A [`two_flushed_writes`] connection over a recorder (batching or not) and a function
+    /// polling it once, which must leave it pending.
+    fn two_flushed_writes_connection(batch: bool) -> (BatchedIo<Recorder>, impl FnMut()) {
+        let io = BatchedIo::new(Recorder::default(), batch);
+        let mut conn = io.flush_after_poll(two_flushed_writes(io.clone()));
+        let poll = move || {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            assert!(Pin::new(&mut conn).poll(&mut cx).is_pending());
+        };
+        (io, poll)
+    }
+
     #[test]
     fn writes_of_one_poll_leave_in_one_write_after_a_yield() {
-        let io = BatchedIo::new(Recorder::default(), true);
-        let mut conn = std::pin::pin!(io.flush_after_poll(two_flushed_writes(io.clone())));
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        let (io, mut poll) = two_flushed_writes_connection(true);
+        poll();
         assert!(writes(&io).is_empty(), "the first poll yields before writing");
-        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        poll();
         assert_eq!(writes(&io), vec![b"ab".to_vec()]);
-        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        poll();
         assert_eq!(writes(&io).len(), 1, "nothing new: nothing written");
     }
 
     #[test]
     fn without_batching_every_write_passes_through() {
-        let io = BatchedIo::new(Recorder::default(), false);
-        let mut conn = std::pin::pin!(io.flush_after_poll(two_flushed_writes(io.clone())));
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        assert!(conn.as_mut().poll(&mut cx).is_pending());
+        let (io, mut poll) = two_flushed_writes_connection(false);
+        poll();
         assert_eq!(writes(&io), vec![b"a".to_vec(), b"b".to_vec()]);
     }
 

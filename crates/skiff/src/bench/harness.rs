@@ -1,5 +1,6 @@
-//! What the end-to-end benches share: a `skiff server` child process on a free loopback port
-//! with a fresh data directory, admin clients built from the kubeconfig it writes, its
+//! What the end-to-end benches share: a `skiff server` child process (or another HTTPS server
+//! the bench spawns, such as `skiff bench empty-handler`) on a free loopback port with a fresh
+//! data directory, admin clients built from the kubeconfig it writes, its
 //! resident memory, and latency percentiles.
 
 use std::path::{Path, PathBuf};
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-/// A running `skiff server` process; killed (SIGKILL) and reaped on drop.
+/// A running `skiff server` process (or another server spawned by
+/// [`ServerProcess::spawn_command`]); killed (SIGKILL) and reaped on drop.
 pub struct ServerProcess {
     child: Child,
     /// Its data directory.
@@ -34,17 +36,31 @@ impl ServerProcess {
     /// (created if missing), store compaction off and `extra` flags; its log goes to
     /// `<data_dir>/server.log`. Does not wait for readiness: see [`ServerProcess::wait_ready`].
     pub fn spawn(data_dir: &Path, extra: &[&str]) -> anyhow::Result<ServerProcess> {
-        std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-        let port = free_port()?;
-        let log = std::fs::File::create(data_dir.join("server.log"))?;
         let exe = match std::env::var_os(SERVER_BINARY_ENV) {
             Some(path) => PathBuf::from(path),
             None => std::env::current_exe().context("locating the skiff binary")?,
         };
+        let subcommand = ["server", "--disable-agent", "--etcd-compaction-interval", "0"];
+        ServerProcess::spawn_command(&exe, &subcommand, data_dir, extra)
+    }
+
+    /// Spawns `exe` with `subcommand`, then `--bind-address 127.0.0.1 --https-listen-port
+    /// <free port> --data-dir <data_dir>` (created if missing) and `extra`; its stderr goes to
+    /// `<data_dir>/server.log`. The process must serve HTTPS on that port and write an admin
+    /// kubeconfig to `<data_dir>/kubeconfig.yaml` for [`ServerProcess::wait_ready`].
+    pub fn spawn_command(
+        exe: &Path,
+        subcommand: &[&str],
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<ServerProcess> {
+        std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+        let port = free_port()?;
+        let log = std::fs::File::create(data_dir.join("server.log"))?;
         let spawned = Instant::now();
         let child = Command::new(exe)
-            .args(["server", "--disable-agent", "--bind-address", "127.0.0.1", "--etcd-compaction-interval", "0"])
-            .arg("--https-listen-port")
+            .args(subcommand)
+            .args(["--bind-address", "127.0.0.1", "--https-listen-port"])
             .arg(port.to_string())
             .arg("--data-dir")
             .arg(data_dir)
@@ -54,7 +70,7 @@ impl ServerProcess {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .context("spawning skiff server")?;
+            .with_context(|| format!("spawning {} {}", exe.display(), subcommand.join(" ")))?;
         Ok(ServerProcess { child, data_dir: data_dir.to_path_buf(), port, spawned })
     }
 

@@ -4,6 +4,7 @@
 mod apiserver;
 mod authorization;
 mod deployment;
+mod empty_handler;
 mod harness;
 mod podstartup;
 mod store;
@@ -32,6 +33,10 @@ pub enum BenchCommand {
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
+    /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
+    /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
+    #[command(hide = true)]
+    EmptyHandler(empty_handler::EmptyHandlerArgs),
 }
 
 /// Runs one benchmark.
@@ -49,5 +54,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
         BenchCommand::Authorization(args) => authorization::run(args).await,
+        BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
     }
 }

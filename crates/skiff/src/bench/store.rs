@@ -278,6 +278,10 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
         let raw = etcd_client::Client::connect([endpoint.as_str()], None)
             .await
             .with_context(|| format!("connecting to etcd at {endpoint}"))?;
+        // The etcd version decides the ratio: 3.4 before 3.4.24 spends ~1.5× a put's CPU on the
+        // txn every create needs (BENCHMARKS.md); `ETCD_BIN=$(scripts/fetch-etcd-3.5)` measures 3.5.
+        let version = raw.maintenance_client().status().await.map(|s| s.version().to_string());
+        println!("etcd {} at {endpoint}", version.as_deref().unwrap_or("(version unknown)"));
         for &writers in &args.concurrency {
             let (mut raw_total, mut backend_total): (Option<Measured>, Option<Measured>) = (None, None);
             let config = EtcdConfig::new([endpoint.clone()]);

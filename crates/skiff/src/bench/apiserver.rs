@@ -5,9 +5,17 @@
 //! 1. cold start: spawn to the first `GET /readyz` answering `ok` (fresh data dir, so PKI
 //!    generation and store creation included), median of `--starts`;
 //! 2. idle RSS: `VmRSS` of a ready server after `--settle` seconds;
-//! 3. pod creates/s over HTTPS from `--clients` concurrent clients (each its own connection
-//!    pool), next to raw creates/s of the embedded store ([`SqliteBackend`] in-process, same
-//!    number of concurrent writers, values of the stored pod's size) in the same run;
+//! 3. pod creates/s over HTTPS from `--clients` concurrent clients (one create in flight each),
+//!    once per `--create-protocols`: HTTP/1.1 through kube-rs (each client its own connection
+//!    pool) and HTTP/2 through hyper's client (one connection per client, as client-go keeps one
+//!    connection per host per client and multiplexes its requests over it). Each phase runs
+//!    against the server and then against the transport's ceiling, an empty handler (`skiff
+//!    bench empty-handler`, see [`super::empty_handler`]: skiff's TLS and HTTP stack answering
+//!    `201` with the stored pod, in its own process), with the same clients' stack. Server and
+//!    bench client CPU per create are read from /proc around each phase. Next to them, raw
+//!    creates/s of the embedded store ([`SqliteBackend`] in-process, same number of concurrent
+//!    writers, values of the stored pod's size), and the CPU per create (server and clients
+//!    together) that 50 % of the raw store's rate allows on this machine's CPUs;
 //! 4. GET latency (p50/p99) of those pods from the same clients;
 //! 5. `--watchers` concurrent pod watches: latency from a create to its delivery to every
 //!    watcher (p50/p99), with one create every 20 ms (watchers read their raw event streams
@@ -497,8 +505,9 @@ impl CreatePhase {
 }
 
 /// Creates `total` pods in `namespace` through `server` from `clients` (built for that server)
-/// over `protocol`: kube-rs's own clients for HTTP/1.1, or one HTTP/2 connection per client
-/// (opened before the clock starts). Server and bench CPU are read from /proc around the
+/// over `protocol`: kube-rs's own clients for HTTP/1.1, or one HTTP/2 connection per client.
+/// Either way every connection is open (TLS handshake done) before the clock starts: kube-rs's
+/// pools by one `GET /readyz` per client. Server and bench CPU are read from /proc around the
 /// creates.
 async fn create_phase(
     server: &ServerProcess,
@@ -507,6 +516,13 @@ async fn create_phase(
     namespace: &str,
     total: usize,
 ) -> anyhow::Result<CreatePhase> {
+    if protocol == Protocol::Http1 {
+        let readyz = || kube::core::Request::new("").get("readyz", &Default::default());
+        futures::future::try_join_all(
+            clients.iter().map(|c| async move { anyhow::Ok(c.request_text(readyz()?).await?) }),
+        )
+        .await?;
+    }
     let mut creators = Vec::with_capacity(clients.len());
     for client in clients {
         creators.push(match protocol {

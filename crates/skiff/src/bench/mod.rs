@@ -24,8 +24,8 @@ pub enum BenchCommand {
     /// authentication, RBAC and admission on next to one with them off, and the ratio.
     Authorization(authorization::AuthorizationArgs),
     /// The API server (issue 3): idle RSS, cold start to /readyz, pod creates/s over HTTPS from
-    /// 64 clients next to raw store creates/s, GET p99, and write-to-delivery p99 with 1,000
-    /// watchers, against the issue's targets.
+    /// 64 clients (HTTP/1.1 and HTTP/2) next to an empty handler's and raw store creates/s, GET
+    /// p99, and write-to-delivery p99 with 1,000 watchers, against the issue's targets.
     Apiserver(apiserver::ApiserverArgs),
     /// The controllers (issue 4): a 1,000-replica Deployment on simulated nodes until all
     /// replicas are available, and a rolling update, next to direct pod creates through the API.

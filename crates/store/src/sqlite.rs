@@ -29,12 +29,15 @@
 //!   kube-apiserver's `--etcd-compaction-interval`).
 //! - **Checkpointer thread**: copies the WAL into the database file with PASSIVE checkpoints
 //!   off the commit path: when writes pause (the next write then starts the WAL over), or after
-//!   about 32 MiB of writes while they flow. The writer never checkpoints. SQLite restarts the
+//!   about 16 MiB of writes while they flow. The writer never checkpoints. SQLite restarts the
 //!   WAL only when a write begins with every frame copied, which never happens while writes
-//!   come back to back: once the WAL reaches 64 MiB the checkpointer catches up until few
+//!   come back to back: once the WAL reaches 32 MiB the checkpointer catches up until few
 //!   frames are left and asks the writer for a quiet window of at most 4 ms
-//!   (`WAL_RESTART_WINDOW`) in which it copies the rest; if that is not enough (a slow disk),
-//!   the writer goes on and the WAL grows until a later window or the next pause.
+//!   (`WAL_RESTART_WINDOW`) in which it copies the rest; if that is not enough (a busy disk:
+//!   the checkpoint fsyncs the WAL and the database file), the writer goes on and the WAL
+//!   grows until a later window or the next pause. Past 64 MiB (`WAL_LIMIT_BYTES`) the window
+//!   waits for the checkpoint to finish (up to `WAL_LIMIT_WINDOW`), which bounds the WAL at
+//!   the cost of one stall of a checkpoint's fsyncs per 32 MiB of writes at most.
 //!   `journal_size_limit` truncates it back to 64 MiB after a restart.
 //!
 //! Durability: a write is acknowledged, and visible to any reader or watcher, only after its
@@ -106,6 +109,11 @@ pub struct SqliteStats {
     /// because its checkpoints took longer than a window (a slow disk): the WAL then grows
     /// until a later attempt or the next pause in writes.
     pub restart_windows_skipped: u64,
+    /// Restart windows opened because the WAL passed its limit (twice the restart length by
+    /// default) after shorter windows did not let it start over: these wait for the
+    /// checkpoint to finish (its copy and two fsyncs), up to a second, so the WAL stays bounded
+    /// on a disk too slow for the short windows.
+    pub restart_windows_forced: u64,
     /// Times a background checkpoint found the WAL started over since the previous one.
     pub wal_restarts: u64,
     /// The longest the WAL was when a background checkpoint ran, in bytes.
@@ -134,6 +142,7 @@ struct Stats {
     restart_windows: AtomicU64,
     restart_windows_caught_up: AtomicU64,
     restart_windows_skipped: AtomicU64,
+    restart_windows_forced: AtomicU64,
     wal_restarts: AtomicU64,
     longest_wal_bytes: AtomicU64,
     /// About how many bytes were committed since the last background checkpoint.
@@ -150,11 +159,20 @@ struct WalRestart {
     bytes: i64,
     /// The longest the writer holds its next batch back in such a window.
     window: Duration,
+    /// WAL length beyond which a window waits for the checkpoint up to `limit_window`, in bytes.
+    limit_bytes: i64,
+    /// The longest the writer holds its next batch back once the WAL passed `limit_bytes`.
+    limit_window: Duration,
 }
 
 impl Default for WalRestart {
     fn default() -> Self {
-        Self { bytes: writer::WAL_RESTART_BYTES, window: writer::WAL_RESTART_WINDOW }
+        Self {
+            bytes: writer::WAL_RESTART_BYTES,
+            window: writer::WAL_RESTART_WINDOW,
+            limit_bytes: writer::WAL_LIMIT_BYTES,
+            limit_window: writer::WAL_LIMIT_WINDOW,
+        }
     }
 }
 
@@ -174,6 +192,9 @@ struct Shared {
     /// Set by the checkpointer when the WAL keeps growing; the writer then opens a restart
     /// window (see `Writer::maybe_open_restart_window`).
     restart_requested: AtomicBool,
+    /// The requested window is for a WAL past `WalRestart::limit_bytes`: it waits up to
+    /// `WalRestart::limit_window` for the checkpoint.
+    restart_forced: AtomicBool,
     /// When the checkpointer asks for a restart window, and how long the writer waits.
     wal_restart: WalRestart,
     /// Writes sent to the writer thread and not yet taken into a batch: background work
@@ -262,6 +283,7 @@ impl SqliteBackend {
             syncing: AtomicBool::new(false),
             sync_failed: AtomicBool::new(false),
             restart_requested: AtomicBool::new(false),
+            restart_forced: AtomicBool::new(false),
             wal_restart: WalRestart::default(),
             queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
@@ -365,6 +387,7 @@ impl SqliteBackend {
             restart_windows: s.restart_windows.load(Ordering::Relaxed),
             restart_windows_caught_up: s.restart_windows_caught_up.load(Ordering::Relaxed),
             restart_windows_skipped: s.restart_windows_skipped.load(Ordering::Relaxed),
+            restart_windows_forced: s.restart_windows_forced.load(Ordering::Relaxed),
             wal_restarts: s.wal_restarts.load(Ordering::Relaxed),
             longest_wal_bytes: s.longest_wal_bytes.load(Ordering::Relaxed),
             longest_queue_wait: Duration::from_micros(s.longest_queue_wait_micros.load(Ordering::Relaxed)),
@@ -799,6 +822,7 @@ mod tests {
             syncing: AtomicBool::new(false),
             sync_failed: AtomicBool::new(false),
             restart_requested: AtomicBool::new(false),
+            restart_forced: AtomicBool::new(false),
             wal_restart,
             queued_writes: AtomicUsize::new(0),
             readers: Mutex::new(Vec::new()),
@@ -1168,7 +1192,7 @@ mod tests {
         let path = dir.path().join("db");
         // A 256 KiB restart length, and a window long enough for any disk: this test is about
         // the mechanism, not its timing.
-        let restart = WalRestart { bytes: 256 * 1024, window: Duration::from_secs(60) };
+        let restart = WalRestart { bytes: 256 * 1024, window: Duration::from_secs(60), ..Default::default() };
         let mut w = bare_writer_with(&path, restart);
         let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
         let (done_tx, done) = std::sync::mpsc::channel();
@@ -1235,10 +1259,57 @@ mod tests {
     }
 
     #[test]
+    fn a_wal_past_its_limit_starts_over_even_when_short_windows_are_too_short_for_the_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        // Short windows of zero length: no checkpoint ever finishes in one (a disk whose fsyncs
+        // take longer than the window), so only the window for a WAL past its limit, which
+        // waits for the checkpoint, can let the WAL start over.
+        let restart = WalRestart {
+            bytes: 256 * 1024,
+            window: Duration::ZERO,
+            limit_bytes: 512 * 1024,
+            limit_window: Duration::from_secs(60),
+        };
+        let mut w = bare_writer_with(&path, restart);
+        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        w.set_checkpointer(CheckpointerLink { wake, done });
+        let conn = schema::open_connection(&path, true).expect("checkpointer connection");
+        let shared = w.shared.clone();
+        let checkpointer = std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared));
+        // Batches back to back, up to about 64 MiB of values: without the limit the WAL grows
+        // with them.
+        let value = "v".repeat(2048);
+        let mut longest_on_disk = 0;
+        for round in 0..2048 {
+            let ops = (0..16).map(|i| put(&format!("/k/{round}/{i}"), &value)).collect();
+            w.commit_batch(batch(ops).0);
+            w.maybe_open_restart_window();
+            let wal = std::fs::metadata(schema::wal_path(&path)).map(|m| m.len()).unwrap_or(0);
+            longest_on_disk = longest_on_disk.max(wal);
+            if w.shared.stats.wal_restarts.load(Ordering::Relaxed) >= 3 {
+                break;
+            }
+        }
+        let stats = &w.shared.stats;
+        let longest = stats.longest_wal_bytes.load(Ordering::Relaxed);
+        assert!(
+            stats.wal_restarts.load(Ordering::Relaxed) >= 3,
+            "the WAL started over again and again (longest {longest} bytes, {longest_on_disk} on disk)"
+        );
+        assert!(longest < 16 * 1024 * 1024, "the WAL stayed near its limit (longest {longest} bytes)");
+        assert!(stats.restart_windows_forced.load(Ordering::Relaxed) >= 1, "a window for the limit was opened");
+        drop(w);
+        checkpointer.join().expect("the checkpointer stops with the writer");
+    }
+
+    #[test]
     fn a_restart_window_ends_when_the_checkpointer_does_not_answer() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("db");
-        let mut w = bare_writer_with(&path, WalRestart { bytes: 1024, window: Duration::from_millis(1) });
+        let mut w =
+            bare_writer_with(&path, WalRestart { bytes: 1024, window: Duration::from_millis(1), ..Default::default() });
         // A checkpointer that never answers: the writer must not wait for it beyond its window.
         let (wake, _wake_rx) = std::sync::mpsc::sync_channel(1);
         let (_done_tx, done) = std::sync::mpsc::channel();

@@ -72,12 +72,25 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 /// file, which never happens while the writer commits back to back: the checkpointer then asks
 /// the writer for a quiet window of at most [`WAL_RESTART_WINDOW`] (see
 /// [`Writer::maybe_open_restart_window`]). The writer never checkpoints itself.
-pub(super) const WAL_RESTART_BYTES: i64 = 64 * 1024 * 1024;
+pub(super) const WAL_RESTART_BYTES: i64 = 32 * 1024 * 1024;
 /// The longest the writer holds its next batch back so that the checkpointer can copy the last
 /// WAL frames: the whole stall a WAL restart may cause. When the checkpoint does not finish in
-/// time the writer goes on and the WAL keeps growing until the next window or the next pause
-/// in writes.
+/// time the writer goes on and the WAL keeps growing until the next window, the next pause
+/// in writes, or [`WAL_LIMIT_BYTES`].
 pub(super) const WAL_RESTART_WINDOW: Duration = Duration::from_millis(4);
+/// WAL length beyond which a restart window waits for the checkpointer's answer up to
+/// [`WAL_LIMIT_WINDOW`] instead of [`WAL_RESTART_WINDOW`]: the bound on the WAL's length. The
+/// checkpoint in a window fsyncs the WAL and then the database file, which on a busy disk takes
+/// 7-46 ms (measured in `skiff bench store` under load 4) rather than the 4 ms of a short
+/// window: without this, the short windows never let a WAL written back to back start over
+/// and it grew to 512 MiB in the bench. Such a window holds writes back once per
+/// `WAL_LIMIT_BYTES - WAL_RESTART_BYTES` of writes at most, for one checkpoint of the last few
+/// frames.
+pub(super) const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
+/// The longest a window for a WAL past [`WAL_LIMIT_BYTES`] holds the next batch back; when the
+/// checkpoint takes even longer the writer goes on (and asks again after
+/// [`WAL_RESTART_MIN_GAP`]).
+pub(super) const WAL_LIMIT_WINDOW: Duration = Duration::from_secs(1);
 /// The checkpointer asks for a restart window only after one of its own checkpoints copied at
 /// most this many new frames (about 1 MiB of 2 KiB pages), so that the final one fits the
 /// window: what is written meanwhile plus one fsync of the database file.
@@ -823,6 +836,9 @@ impl Writer {
     /// frames: if it finishes in time, the next write transaction starts the WAL over. Writes
     /// arriving meanwhile wait in the queue and go into the next batch. The writer itself never
     /// checkpoints, so no write ever waits for a checkpoint's copying or fsync beyond the window.
+    /// Once the WAL is past [`WAL_LIMIT_BYTES`] (the short windows were too short for the disk)
+    /// the window waits for the checkpoint up to [`WAL_LIMIT_WINDOW`]: one longer stall per
+    /// 32 MiB of writes at most, which bounds the WAL's length.
     ///
     /// A requested window waits up to [`WAL_RESTART_DEFER`] for a turn of the loop with no write
     /// queued, so that it rarely holds a write back at all.
@@ -838,6 +854,7 @@ impl Writer {
         }
         self.window_requested_at = None;
         self.shared.restart_requested.store(false, Ordering::SeqCst);
+        let forced = self.shared.restart_forced.swap(false, Ordering::SeqCst);
         let Some(link) = &self.checkpointer else { return };
         self.window_seq += 1;
         let seq = self.window_seq;
@@ -845,7 +862,8 @@ impl Writer {
         if link.wake.try_send(seq).is_err() {
             return;
         }
-        let deadline = started + self.shared.wal_restart.window;
+        let length = if forced { self.shared.wal_restart.limit_window } else { self.shared.wal_restart.window };
+        let deadline = started + length;
         let caught_up = loop {
             match link.done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok((s, complete)) if s == seq => break complete,
@@ -856,6 +874,9 @@ impl Writer {
         };
         let stats = &self.shared.stats;
         stats.restart_windows.fetch_add(1, Ordering::Relaxed);
+        if forced {
+            stats.restart_windows_forced.fetch_add(1, Ordering::Relaxed);
+        }
         if caught_up {
             stats.restart_windows_caught_up.fetch_add(1, Ordering::Relaxed);
         }
@@ -863,6 +884,7 @@ impl Writer {
         tracing::debug!(
             took_us = started.elapsed().as_micros() as u64,
             caught_up,
+            forced,
             "WAL restart window on the writer thread"
         );
     }
@@ -1156,6 +1178,7 @@ pub(super) fn checkpoint_loop(
 ) {
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(4096).max(512);
     let restart_frames = (shared.wal_restart.bytes / page_size).max(1);
+    let limit_frames = (shared.wal_restart.limit_bytes / page_size).max(restart_frames);
     // Checkpoint at least twice per restart length while writes flow.
     let checkpoint_bytes = CHECKPOINT_BYTES.min((shared.wal_restart.bytes / 2).max(1) as u64);
     // The WAL's length at the previous checkpoint: a shorter one means it started over.
@@ -1218,6 +1241,7 @@ pub(super) fn checkpoint_loop(
                 if log_frames < restart_frames {
                     // The WAL started over (writes paused): a pending request is moot.
                     shared.restart_requested.store(false, Ordering::SeqCst);
+                    shared.restart_forced.store(false, Ordering::SeqCst);
                 }
                 let recent_request = last_request.is_some_and(|t| t.elapsed() < WAL_RESTART_MIN_GAP);
                 if window.is_none() && log_frames >= restart_frames && !recent_request {
@@ -1226,7 +1250,10 @@ pub(super) fn checkpoint_loop(
                     // fsyncs the database file as this one did: when this one took longer than
                     // the window, a window would only hold writes back for nothing.
                     let fits = took * 4 <= shared.wal_restart.window * 3;
-                    if fits && (fresh <= RESTART_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS) {
+                    // Past the limit the window waits for the checkpoint, however slow the disk.
+                    let forced = log_frames >= limit_frames;
+                    if (fits || forced) && (fresh <= RESTART_CATCH_UP_FRAMES || catch_up >= MAX_CATCH_UP_CHECKPOINTS) {
+                        shared.restart_forced.store(forced, Ordering::SeqCst);
                         shared.restart_requested.store(true, Ordering::SeqCst);
                         last_request = Some(Instant::now());
                         catch_up = 0;

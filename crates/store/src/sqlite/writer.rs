@@ -83,10 +83,11 @@ pub(super) const WAL_RESTART_WINDOW: Duration = Duration::from_millis(4);
 /// checkpoint in a window fsyncs the WAL and then the database file, which on a busy disk takes
 /// 7-46 ms (measured in `skiff bench store` under load 4) rather than the 4 ms of a short
 /// window: without this, the short windows never let a WAL written back to back start over
-/// and it grew to 512 MiB in the bench. Such a window holds writes back once per
-/// `WAL_LIMIT_BYTES - WAL_RESTART_BYTES` of writes at most, for one checkpoint of the last few
-/// frames.
-pub(super) const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
+/// and it grew to 512 MiB in the bench. Such a window holds writes back (8-280 ms measured
+/// under load) for one checkpoint of the last few frames, so the limit is a safety valve for
+/// the disk far above what the bench reaches, not the common way the WAL starts over: writer
+/// stalls of more than a few milliseconds are what issue 2 rules out first.
+pub(super) const WAL_LIMIT_BYTES: i64 = 1024 * 1024 * 1024;
 /// The longest a window for a WAL past [`WAL_LIMIT_BYTES`] holds the next batch back; when the
 /// checkpoint takes even longer the writer goes on (and asks again after
 /// [`WAL_RESTART_MIN_GAP`]).
@@ -837,8 +838,8 @@ impl Writer {
     /// arriving meanwhile wait in the queue and go into the next batch. The writer itself never
     /// checkpoints, so no write ever waits for a checkpoint's copying or fsync beyond the window.
     /// Once the WAL is past [`WAL_LIMIT_BYTES`] (the short windows were too short for the disk)
-    /// the window waits for the checkpoint up to [`WAL_LIMIT_WINDOW`]: one longer stall per
-    /// 32 MiB of writes at most, which bounds the WAL's length.
+    /// the window waits for the checkpoint up to [`WAL_LIMIT_WINDOW`]: one longer stall, which
+    /// bounds the WAL's length.
     ///
     /// A requested window waits up to [`WAL_RESTART_DEFER`] for a turn of the loop with no write
     /// queued, so that it rarely holds a write back at all.

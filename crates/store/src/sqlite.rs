@@ -1184,6 +1184,18 @@ mod tests {
         assert_eq!(page_size, schema::PAGE_SIZE);
     }
 
+    /// A bare writer linked to a checkpointer thread running [`writer::checkpoint_loop`], which
+    /// ends when the writer is dropped.
+    fn writer_with_checkpointer(path: &Path, restart: WalRestart) -> (Writer, std::thread::JoinHandle<()>) {
+        let mut w = bare_writer_with(path, restart);
+        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        w.set_checkpointer(CheckpointerLink { wake, done });
+        let conn = schema::open_connection(path, true).expect("checkpointer connection");
+        let shared = w.shared.clone();
+        (w, std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared)))
+    }
+
     fn wal_frames(path: &Path) -> i64 {
         let conn = Connection::open(path).expect("open");
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1)).expect("checkpoint")
@@ -1196,13 +1208,7 @@ mod tests {
         // A 256 KiB restart length, and a window long enough for any disk: this test is about
         // the mechanism, not its timing.
         let restart = WalRestart { bytes: 256 * 1024, window: Duration::from_secs(60), ..Default::default() };
-        let mut w = bare_writer_with(&path, restart);
-        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
-        let (done_tx, done) = std::sync::mpsc::channel();
-        w.set_checkpointer(CheckpointerLink { wake, done });
-        let conn = schema::open_connection(&path, true).expect("checkpointer connection");
-        let shared = w.shared.clone();
-        let checkpointer = std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared));
+        let (mut w, checkpointer) = writer_with_checkpointer(&path, restart);
         // Batches back to back, as the writer thread runs them under load: the WAL is never
         // fully copied between two commits by itself.
         let value = "v".repeat(2048);
@@ -1274,13 +1280,7 @@ mod tests {
             limit_bytes: 512 * 1024,
             limit_window: Duration::from_secs(60),
         };
-        let mut w = bare_writer_with(&path, restart);
-        let (wake, wake_rx) = std::sync::mpsc::sync_channel(1);
-        let (done_tx, done) = std::sync::mpsc::channel();
-        w.set_checkpointer(CheckpointerLink { wake, done });
-        let conn = schema::open_connection(&path, true).expect("checkpointer connection");
-        let shared = w.shared.clone();
-        let checkpointer = std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared));
+        let (mut w, checkpointer) = writer_with_checkpointer(&path, restart);
         // Batches back to back, up to about 64 MiB of values: without the limit the WAL grows
         // with them.
         let value = "v".repeat(2048);

@@ -67,6 +67,15 @@ impl Backoff {
         (elapsed < entry.backoff).then(|| entry.backoff - elapsed)
     }
 
+    /// True when `key` is still backing off at `now`, counted from its last recorded failure
+    /// (the `event_time` of the last [`Backoff::next`]); returns the remaining time. This is
+    /// `flowcontrol.Backoff.IsInBackOffSinceUpdate`, what the kubelet's image puller asks
+    /// before pulling again.
+    pub fn in_backoff_since_update(&self, key: &str, now: Instant) -> Option<Duration> {
+        let last_failure = self.entries.get(key)?.last_update;
+        self.in_backoff_since(key, last_failure, now)
+    }
+
     /// The delay currently recorded for `key`.
     pub fn get(&self, key: &str) -> Option<Duration> {
         self.entries.get(key).map(|e| e.backoff)
@@ -112,6 +121,21 @@ mod tests {
         );
         assert_eq!(b.in_backoff_since("c", failed_at, failed_at + Duration::from_secs(10)), None);
         assert_eq!(b.in_backoff_since("other", failed_at, failed_at), None);
+    }
+
+    #[test]
+    fn a_key_is_in_backoff_since_its_last_failure_until_the_delay_has_elapsed() {
+        let mut b = Backoff::default();
+        let first = Instant::now();
+        b.next("img", first);
+        let s = Duration::from_secs;
+        assert_eq!(b.in_backoff_since_update("img", first + s(3)), Some(s(7)));
+        assert_eq!(b.in_backoff_since_update("img", first + s(10)), None, "retried after 10 s");
+        let second = first + s(11);
+        b.next("img", second);
+        assert_eq!(b.in_backoff_since_update("img", second + s(15)), Some(s(5)), "then 20 s");
+        assert_eq!(b.in_backoff_since_update("img", second + s(20)), None);
+        assert_eq!(b.in_backoff_since_update("other", second), None);
     }
 
     #[test]

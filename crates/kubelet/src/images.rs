@@ -126,8 +126,7 @@ pub async fn ensure_image(
             message: format!("Container image {image:?} is not present with pull policy of Never"),
         });
     }
-    let now = Instant::now();
-    if let Some(remaining) = backoff.lock().in_backoff_since(backoff_key, now, now) {
+    if let Some(remaining) = backoff.lock().in_backoff_since_update(backoff_key, Instant::now()) {
         return Err(ImageError {
             reason: "ImagePullBackOff",
             message: format!("Back-off pulling image {image:?} (next attempt in {}s)", remaining.as_secs().max(1)),

@@ -194,7 +194,14 @@ pub struct ApiServer {
     cache_tasks: Vec<JoinHandle<()>>,
 }
 
-fn tls_config(pki: &pki::Pki) -> Result<rustls::ServerConfig> {
+/// The rustls configuration the API server serves HTTPS with, from the certificates in `pki`:
+/// the serving certificate; client certificates verified against the cluster CA but optional
+/// (bearer tokens authenticate too); ALPN `h2` then `http/1.1`. Also used by `skiff bench
+/// empty-handler`, so that its baseline runs the same TLS.
+///
+/// # Errors
+/// When a PEM in `pki` does not parse or the key does not match the certificate.
+pub fn tls_config(pki: &pki::Pki) -> Result<rustls::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(pki.ca.cert_pem.as_bytes()) {

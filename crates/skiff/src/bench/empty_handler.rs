@@ -16,8 +16,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use skiff_apiserver::batched_writes::BatchedIo;
 use skiff_apiserver::pki::Pki;
 
@@ -42,32 +40,11 @@ pub struct EmptyHandlerArgs {
     response_file: PathBuf,
 }
 
-/// The rustls configuration `skiff server` serves with, from the certificates in `pki`:
-/// client certificates are verified against the CA but optional, ALPN offers `h2` then
-/// `http/1.1`.
-fn server_tls(pki: &Pki) -> anyhow::Result<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    let (added, _) =
-        roots.add_parsable_certificates(CertificateDer::pem_slice_iter(pki.ca.cert_pem.as_bytes()).flatten());
-    anyhow::ensure!(added > 0, "no CA certificate in {}", pki.dir.display());
-    let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
-        .allow_unauthenticated()
-        .build()?;
-    let chain = CertificateDer::pem_slice_iter(pki.serving.cert_pem.as_bytes()).collect::<Result<Vec<_>, _>>()?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(clients)
-        .with_single_cert(chain, PrivateKeyDer::from_pem_slice(pki.serving.key_pem.as_bytes())?)?;
-    config.alpn_protocols = [b"h2".as_slice(), b"http/1.1"].map(<[u8]>::to_vec).to_vec();
-    Ok(config)
-}
-
 /// Serves until killed.
 pub async fn run(args: EmptyHandlerArgs) -> anyhow::Result<()> {
     // No SANs asked for: the server's certificates are loaded as they are, never re-issued.
     let pki = Pki::load_or_generate(&args.pki_dir, &[])?;
-    let tls = tokio_rustls::TlsAcceptor::from(Arc::new(server_tls(&pki)?));
+    let tls = tokio_rustls::TlsAcceptor::from(Arc::new(skiff_apiserver::tls_config(&pki)?));
     let body = Bytes::from(
         std::fs::read(&args.response_file).with_context(|| format!("reading {}", args.response_file.display()))?,
     );

@@ -2,7 +2,8 @@
 # Builds skiff's offline test images as docker-archive tarballs, without any registry:
 #   skiff.local/busybox:1.35  busybox-static applets; default command serves /var/www over HTTP
 #                             on port 80 (`/bin/busybox httpd -f -p 80 -h /var/www`).
-#   skiff.local/pause:3.9     the sandbox ("pause") image: a shell that sleeps until SIGTERM.
+# The sandbox ("pause") image is not built here: every node carries its own in the skiff binary
+# (crates/kubelet/src/sandbox_image.rs) and imports it at start.
 # Needs Debian's busybox-static package (apt-get install -y busybox-static), tar, sha256sum.
 # Usage: scripts/images/build.sh [OUT_DIR]   (default: target/images)
 # Import:  skiff images import OUT_DIR/*.tar   (or ctr -n k8s.io images import FILE)
@@ -78,7 +79,3 @@ cat >"$work/busybox/var/www/index.html" <<'HTML'
 <html><head><title>skiff</title></head><body><h1>Hello from skiff busybox</h1></body></html>
 HTML
 pack busybox skiff.local/busybox:1.35 "$work/busybox" /bin/busybox httpd -f -p 80 -h /var/www
-
-make_rootfs "$work/pause"
-rm -rf "$work/pause/var/www"
-pack pause skiff.local/pause:3.9 "$work/pause" /bin/sh -c "trap 'exit 0' TERM INT; sleep 2147483647 & wait"

@@ -32,8 +32,9 @@ use crate::pod_workers::PodWorkers;
 /// Why a node waiting for its pod CIDR is not Ready yet (the reason text of its Ready condition).
 pub const WAITING_FOR_POD_CIDR: &str = "waiting for the node IPAM controller to assign spec.podCIDR";
 
-/// The default sandbox image (built by scripts/images/build.sh).
-pub const DEFAULT_SANDBOX_IMAGE: &str = "skiff.local/pause:3.9";
+/// The default sandbox image: the one every node carries in the binary
+/// ([`crate::sandbox_image`]), imported into containerd at agent start when missing.
+pub const DEFAULT_SANDBOX_IMAGE: &str = crate::sandbox_image::SANDBOX_IMAGE;
 
 /// How often node status is recomputed (kubelet `nodeStatusUpdateFrequency`).
 const NODE_STATUS_UPDATE: Duration = Duration::from_secs(10);
@@ -185,7 +186,7 @@ async fn observe_health(cri: &CriClient, data_dir: &Path) -> NodeHealth {
 /// Runs the node agent until the future is dropped or a fatal error occurs.
 ///
 /// Steps: start containerd (or connect to `container_runtime_endpoint`), import
-/// `<data_dir>/images/*.tar`, register the Node (capacity from the machine, pods=110, podCIDR,
+/// `<data_dir>/images/*.tar` and, when missing, the built-in sandbox image, register the Node (capacity from the machine, pods=110, podCIDR,
 /// nodeInfo with the runtime version from CRI Version), then concurrently: renew the Lease
 /// every 10 s, update node status (Ready, MemoryPressure, DiskPressure, PIDPressure), watch the
 /// pods bound to this node and run them through CRI.
@@ -250,6 +251,11 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
     }
     let cri = CriClient::connect(&socket).await.map_err(|e| Error::Config(e.to_string()))?;
     let version = cri.version().await.map_err(|e| Error::Config(e.to_string()))?;
+    if crate::sandbox_image::ensure_sandbox_image(&cri, &socket, &cfg.sandbox_image, &cfg.data_dir.join("agent"))
+        .await?
+    {
+        tracing::info!(image = %cfg.sandbox_image, "imported the built-in sandbox image");
+    }
     let runtime_version = format!("{}://{}", version.runtime_name, version.runtime_version);
 
     // Node registration.

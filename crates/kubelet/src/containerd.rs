@@ -509,7 +509,7 @@ mod tests {
     use super::*;
 
     fn cfg() -> ContainerdConfig {
-        ContainerdConfig::for_data_dir(Path::new("/var/lib/skiff"), "10.42.0.0/24", "skiff.local/pause:3.9")
+        ContainerdConfig::for_data_dir(Path::new("/var/lib/skiff"), "10.42.0.0/24", "skiff.local/pause:3.10")
     }
 
     #[test]
@@ -529,7 +529,7 @@ mod tests {
             "SystemdCgroup = false",
             "netns_mounts_under_state_dir = true",
             "bin_dir = \"/usr/lib/cni\"",
-            "sandbox_image = \"skiff.local/pause:3.9\"",
+            "sandbox_image = \"skiff.local/pause:3.10\"",
             "snapshotter = \"overlayfs\"",
             "stream_server_port = \"0\"",
         ] {
@@ -540,7 +540,7 @@ mod tests {
     #[test]
     fn the_written_conflist_gives_back_its_pod_cidr() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let c = ContainerdConfig::for_data_dir(dir.path(), "10.42.9.0/24", "skiff.local/pause:3.9");
+        let c = ContainerdConfig::for_data_dir(dir.path(), "10.42.9.0/24", "skiff.local/pause:3.10");
         assert_eq!(written_pod_cidr(&c.paths), None, "nothing written yet");
         c.write_files().expect("write files");
         assert_eq!(written_pod_cidr(&c.paths).as_deref(), Some("10.42.9.0/24"));

@@ -26,6 +26,7 @@ pub mod nodelifecycle;
 pub mod pod_workers;
 pub mod prober;
 pub mod qos;
+pub mod sandbox_image;
 pub mod server;
 pub mod simulated;
 pub mod status;

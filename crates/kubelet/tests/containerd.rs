@@ -23,11 +23,11 @@ use skiff_kubelet::cri::CriClient;
 use skiff_kubelet::host::{PodEvent, PodHost};
 use skiff_kubelet::kuberuntime::{self, PodRuntimeConfig};
 use skiff_kubelet::pod_workers::PodWorkers;
-use skiff_kubelet::{images, logs};
+use skiff_kubelet::{images, logs, sandbox_image};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BUSYBOX: &str = "skiff.local/busybox:1.35";
-const PAUSE: &str = "skiff.local/pause:3.9";
+const PAUSE: &str = skiff_kubelet::sandbox_image::SANDBOX_IMAGE;
 
 /// In-memory API: records statuses, deletions and events; serves ConfigMaps and Secrets.
 #[derive(Default)]
@@ -260,9 +260,13 @@ async fn pods_run_on_real_containerd() {
     let containerd = ManagedContainerd::start(cfg).await.unwrap_or_else(|e| panic!("starting containerd: {e}"));
     let env = Env { _dir: dir, containerd, bridge };
     let socket = env.containerd.socket();
-    assert_eq!(images::import_dir(&socket, &images_dir).await, 2, "both test images import");
+    assert_eq!(images::import_dir(&socket, &images_dir).await, 1, "the busybox test image imports");
 
     let cri = CriClient::connect(&socket).await.unwrap_or_else(|e| panic!("connecting CRI: {e}"));
+    // Nothing provided the sandbox image: the kubelet's built-in one is imported once.
+    let ensure = || sandbox_image::ensure_sandbox_image(&cri, &socket, PAUSE, &data);
+    assert!(ensure().await.unwrap_or_else(|e| panic!("sandbox image: {e}")), "imported when missing");
+    assert!(!ensure().await.unwrap_or_else(|e| panic!("sandbox image: {e}")), "left alone once present");
     let version = cri.version().await.unwrap_or_else(|e| panic!("CRI Version: {e}"));
     assert_eq!(version.runtime_name, "containerd");
     assert!(cri.image_status(BUSYBOX).await.ok().flatten().is_some(), "busybox image is visible through CRI");

@@ -119,7 +119,6 @@ fn kubectl_exec_and_port_forward_reach_a_container_on_containerd() {
         .args(["images", "import", "--data-dir"])
         .arg(server.dir.path().join("data"))
         .arg(images.path().join("busybox.tar"))
-        .arg(images.path().join("pause.tar"))
         .output()
         .unwrap();
     assert!(import.status.success(), "skiff images import: {}", text(&import.stderr));

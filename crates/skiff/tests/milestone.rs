@@ -130,7 +130,6 @@ fn walk_through(extra: &[&str]) {
         .args(["images", "import", "--data-dir"])
         .arg(&data_dir)
         .arg(images.path().join("busybox.tar"))
-        .arg(images.path().join("pause.tar"))
         .output()
         .unwrap();
     assert!(import.status.success(), "skiff images import: {}", String::from_utf8_lossy(&import.stderr));

@@ -60,7 +60,7 @@ pub struct PodStartupArgs {
     /// 300 s, SQLite page caches): 600 shows the plateau.
     #[arg(long, default_value_t = 0)]
     pub simulated_settle_secs: u64,
-    /// Directory with `busybox.tar` and `pause.tar`; built with `scripts/images/build.sh` (run
+    /// Directory with `busybox.tar` (the node brings its own sandbox image); built with `scripts/images/build.sh` (run
     /// from the repository root) when not given.
     #[arg(long)]
     pub images: Option<PathBuf>,
@@ -503,7 +503,6 @@ async fn pod_startup(args: &PodStartupArgs, dir: &Path) -> anyhow::Result<()> {
         .args(["images", "import", "--data-dir"])
         .arg(&server.data_dir)
         .arg(images.join("busybox.tar"))
-        .arg(images.join("pause.tar"))
         .output()?;
     if !import.status.success() {
         bail!("skiff images import: {}", String::from_utf8_lossy(&import.stderr));

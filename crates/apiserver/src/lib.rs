@@ -55,6 +55,7 @@ pub mod security;
 pub mod streams;
 pub mod subresources;
 pub mod table;
+pub mod unread_body;
 pub mod util;
 pub mod virtual_resources;
 pub mod watch;
@@ -331,6 +332,7 @@ impl ApiServer {
             state.metrics.clone(),
         ));
         let router = router.layer(axum::middleware::from_fn_with_state(limits, flowcontrol::max_in_flight));
+        let router = router.layer(axum::middleware::from_fn(unread_body::drain_unread_request_body));
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
         Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })

@@ -253,7 +253,8 @@ pub fn parse_resource_path(
     Ok(Some(RequestInfo { verb, def, namespace, name, subresource }))
 }
 
-/// Reads the body up to [`MAX_BODY_BYTES`]; 413 beyond.
+/// Reads the body up to [`MAX_BODY_BYTES`]; 413 beyond (what is left unread is dealt with by
+/// [`crate::unread_body`]).
 async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
     match limited.collect().await {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds skiff's offline test images as docker-archive tarballs, without any registry:
 #   skiff.local/busybox:1.35  busybox-static applets; default command serves /var/www over HTTP
-#                             on port 80 (`/bin/busybox httpd -f -p 80 -h /var/www`).
+#                             on port 80 (`httpd -f -p 80 -h /var/www` under a shell that
+#                             exits on SIGTERM: httpd as PID 1 would ignore it, and every
+#                             rollout or drain would wait out the 30 s grace period).
 # The sandbox ("pause") image is not built here: every node carries its own in the skiff binary
 # (crates/kubelet/src/sandbox_image.rs) and imports it at start.
 # Needs Debian's busybox-static package (apt-get install -y busybox-static), tar, sha256sum.
@@ -78,4 +80,4 @@ cat >"$work/busybox/var/www/index.html" <<'HTML'
 <!DOCTYPE html>
 <html><head><title>skiff</title></head><body><h1>Hello from skiff busybox</h1></body></html>
 HTML
-pack busybox skiff.local/busybox:1.35 "$work/busybox" /bin/busybox httpd -f -p 80 -h /var/www
+pack busybox skiff.local/busybox:1.35 "$work/busybox" /bin/sh -c "trap 'exit 0' TERM INT; /bin/busybox httpd -f -p 80 -h /var/www & wait"

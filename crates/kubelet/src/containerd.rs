@@ -471,6 +471,14 @@ pub fn written_pod_cidr(paths: &ContainerdPaths) -> Option<String> {
     conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"].as_str().map(str::to_string)
 }
 
+/// The bridge named by the CNI conflist written by [`ContainerdConfig::write_files`] for the
+/// containerd under `paths`, if there is one.
+pub fn written_bridge(paths: &ContainerdPaths) -> Option<String> {
+    let text = std::fs::read_to_string(paths.cni_conf_dir().join(CNI_CONFLIST)).ok()?;
+    let conf: serde_json::Value = serde_json::from_str(&text).ok()?;
+    conf["plugins"][0]["bridge"].as_str().map(str::to_string)
+}
+
 /// The IPv4 addresses (`ADDRESS/PREFIX`) in `ip -j -4 addr show` output.
 fn ipv4_addresses(ip_json: &str) -> Vec<String> {
     let v: serde_json::Value = serde_json::from_str(ip_json).unwrap_or_default();
@@ -480,6 +488,21 @@ fn ipv4_addresses(ip_json: &str) -> Vec<String> {
         .flat_map(|link| link["addr_info"].as_array().cloned().unwrap_or_default())
         .filter_map(|a| Some(format!("{}/{}", a["local"].as_str()?, a["prefixlen"].as_u64()?)))
         .collect()
+}
+
+/// Deletes `bridge` when it carries no IPv4 address other than the gateway of `pod_cidr` (the
+/// address this node's pods route through; a bridge configured for another CIDR belongs to
+/// another node and is left alone). Blocking: runs `ip` (a few ms). Returns whether it was
+/// deleted; a missing bridge or `ip` binary is not an error.
+pub fn remove_node_bridge(bridge: &str, pod_cidr: &str) -> bool {
+    let Some(gateway) = bridge_gateway(pod_cidr) else { return false };
+    let Ok(out) = std::process::Command::new("ip").args(["-j", "-4", "addr", "show", "dev", bridge]).output() else {
+        return false;
+    };
+    if !out.status.success() || ipv4_addresses(&String::from_utf8_lossy(&out.stdout)).iter().any(|a| *a != gateway) {
+        return false;
+    }
+    std::process::Command::new("ip").args(["link", "del", bridge]).status().is_ok_and(|s| s.success())
 }
 
 /// Deletes the node's bridge when it carries an IPv4 address other than the gateway of

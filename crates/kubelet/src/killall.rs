@@ -21,6 +21,8 @@ pub struct KillallReport {
     pub killed: Vec<i32>,
     /// Mount points detached (deepest first).
     pub unmounted: Vec<PathBuf>,
+    /// Network links deleted (the node's pod bridge).
+    pub deleted_links: Vec<String>,
 }
 
 /// One line of `/proc/self/mountinfo`: mount point and filesystem type.
@@ -100,7 +102,8 @@ fn cmdline_mentions(pid: i32, dir: &str) -> bool {
 /// Stops what a node agent with data directory `data_dir` left on this host: SIGKILL to every
 /// process whose command line names the directory (containerd, its shims) or that lives in a
 /// network namespace bind-mounted under it (the pods' containers), then detaches every mount
-/// under it, deepest first, and removes the pod network's masquerade rule. The calling process
+/// under it, deepest first, and removes the pod network's masquerade rule and the node's bridge
+/// (when it still has this node's gateway address and no other). The calling process
 /// is never killed. Needs root; errors are skipped (what could not be done is simply missing
 /// from the report).
 pub fn killall(data_dir: &Path) -> KillallReport {
@@ -141,6 +144,13 @@ pub fn killall(data_dir: &Path) -> KillallReport {
         if rustix::mount::unmount(&m.mount_point, rustix::mount::UnmountFlags::DETACH).is_ok() {
             report.unmounted.push(m.mount_point);
         }
+    }
+    // Last: the pods' veth ends are gone with their namespaces, so the bridge is unused.
+    if let (Some(bridge), Some(cidr)) =
+        (crate::containerd::written_bridge(&paths), crate::containerd::written_pod_cidr(&paths))
+        && crate::containerd::remove_node_bridge(&bridge, &cidr)
+    {
+        report.deleted_links.push(bridge);
     }
     report
 }

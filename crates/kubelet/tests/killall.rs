@@ -1,6 +1,7 @@
 //! `skiff killall` on a real host: a process in its own network namespace, with that namespace
 //! bind-mounted under a data dir (as containerd's CRI plugin does for pods), is killed and the
-//! mount is detached, so the namespace and its addresses disappear. Needs root and `unshare`.
+//! mount is detached, so the namespace and its addresses disappear; the node's bridge is
+//! deleted. Needs root, `unshare` and `ip`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -52,4 +53,41 @@ fn killall_kills_processes_in_mounted_pod_namespaces_and_detaches_the_mounts() {
     assert!(!status.success(), "sleep 600 ended by a signal, not normally");
     assert!(report.unmounted.contains(&netns), "the namespace mount was detached: {report:?}");
     assert!(!is_mounted(&netns));
+}
+
+fn link_exists(name: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", "dev", name])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn killall_deletes_the_nodes_bridge_but_not_a_bridge_of_another_pod_cidr() {
+    let n = std::process::id() % 200 + 20;
+    for (bridge_cidr, node_cidr, deleted) in [(n, n, true), (n, n + 1, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let bridge = format!("skk{n}");
+        let mut cfg = skiff_kubelet::containerd::ContainerdConfig::for_data_dir(
+            &dir.path().join("agent"),
+            &format!("10.214.{node_cidr}.0/24"),
+            skiff_kubelet::sandbox_image::SANDBOX_IMAGE,
+        );
+        cfg.bridge_name = bridge.clone();
+        cfg.write_files().unwrap();
+        let ip = |args: &[&str]| assert!(Command::new("ip").args(args).status().unwrap().success(), "ip {args:?}");
+        ip(&["link", "add", "name", &bridge, "type", "bridge"]);
+        ip(&["addr", "add", &format!("10.214.{bridge_cidr}.1/24"), "dev", &bridge]);
+
+        let report = skiff_kubelet::killall::killall(dir.path());
+
+        assert_eq!(!link_exists(&bridge), deleted, "bridge with 10.214.{bridge_cidr}.1, node {node_cidr}: {report:?}");
+        assert_eq!(report.deleted_links.contains(&bridge), deleted, "{report:?}");
+        if link_exists(&bridge) {
+            ip(&["link", "del", &bridge]);
+        }
+    }
 }

@@ -9,6 +9,7 @@ mod agent;
 mod bench;
 mod components;
 mod images;
+mod pidfile;
 mod server;
 
 /// Kubernetes' core machinery in one small binary.
@@ -61,10 +62,11 @@ fn main() -> anyhow::Result<()> {
                 let dir = args.data_dir.unwrap_or_else(server::default_data_dir);
                 let report = skiff_kubelet::killall::killall(&dir);
                 eprintln!(
-                    "killed {} processes, unmounted {} mounts under {}",
+                    "killed {} processes, unmounted {} mounts under {}, deleted links: {}",
                     report.killed.len(),
                     report.unmounted.len(),
-                    dir.display()
+                    dir.display(),
+                    if report.deleted_links.is_empty() { "none".to_string() } else { report.deleted_links.join(", ") }
                 );
                 Ok(())
             }

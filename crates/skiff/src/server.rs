@@ -252,6 +252,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    let pid_file = crate::pidfile::claim(&data_dir)?;
     let store = open_store(&args, &data_dir).await?;
     let mut config = Config::new(&data_dir);
     config.bind_address = args.bind_address;
@@ -318,6 +319,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     // Stop accepting, end every watch, let in-flight requests (writes) finish, then close the
     // store.
     api.shutdown(API_STOP_GRACE).await;
+    crate::pidfile::release(&pid_file);
     tracing::info!(elapsed_ms = stopping.elapsed().as_millis() as u64, "stopped");
     Ok(())
 }

@@ -1,8 +1,11 @@
-//! A Container Runtime Interface (CRI v1) client over a unix socket.
+//! The Container Runtime Interface (CRI v1): the [`RuntimeService`] and [`ImageService`] traits
+//! the kubelet runs pods through, and [`CriClient`], their gRPC implementation over a unix socket.
 //!
-//! Wraps the generated `k8s-cri` RuntimeService and ImageService clients; see
-//! <https://kubernetes.io/docs/concepts/architecture/cri/>. Calls carry a deadline so a hung
-//! runtime cannot wedge a pod worker forever.
+//! The traits follow `cri-api`'s `RuntimeService` and `ImageManagerService` interfaces
+//! (`k8s.io/cri-api/pkg/apis/services.go`), with only the calls skiff makes; see
+//! <https://kubernetes.io/docs/concepts/architecture/cri/>. [`CriClient`] wraps the generated
+//! `k8s-cri` clients; its calls carry a deadline so a hung runtime cannot wedge a pod worker
+//! forever. Unit tests run the kubelet against the in-memory fakes of `fake`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,6 +16,9 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 pub use k8s_cri::v1 as api;
+
+#[cfg(test)]
+pub(crate) mod fake;
 
 /// Default deadline of a CRI call (the kubelet's `--runtime-request-timeout` is 2 minutes; most
 /// calls return in milliseconds).
@@ -117,27 +123,105 @@ impl CriClient {
     pub async fn status(&self) -> Result<api::StatusResponse, CriError> {
         call!(self.runtime.clone(), status, "Status", api::StatusRequest { verbose: false }, Duration::from_secs(10))
     }
+}
 
+/// The CRI's `RuntimeService`: pod sandboxes, containers, exec and streaming, as far as skiff
+/// uses them. Implemented by [`CriClient`] over gRPC and by an in-memory fake in unit tests.
+///
+/// # Errors
+/// Every call fails with [`CriError`] when the runtime rejects it or cannot be reached;
+/// [`CriError::is_not_found`] tells a missing object apart.
+#[async_trait::async_trait]
+pub trait RuntimeService: Send + Sync + 'static {
     /// `RunPodSandbox`: creates and starts a sandbox; returns its id.
-    pub async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String, CriError> {
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String, CriError>;
+
+    /// `StopPodSandbox`.
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError>;
+
+    /// `RemovePodSandbox`.
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError>;
+
+    /// `PodSandboxStatus`.
+    async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError>;
+
+    /// `ListPodSandbox` with an optional filter.
+    async fn list_pod_sandboxes(&self, filter: Option<api::PodSandboxFilter>)
+    -> Result<Vec<api::PodSandbox>, CriError>;
+
+    /// `CreateContainer` in a sandbox; returns the container id.
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> Result<String, CriError>;
+
+    /// `StartContainer`.
+    async fn start_container(&self, id: &str) -> Result<(), CriError>;
+
+    /// `StopContainer`: SIGTERM (or the image's stop signal), SIGKILL after `timeout_secs`.
+    async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError>;
+
+    /// `RemoveContainer`.
+    async fn remove_container(&self, id: &str) -> Result<(), CriError>;
+
+    /// `ListContainers` with an optional filter.
+    async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> Result<Vec<api::Container>, CriError>;
+
+    /// `ContainerStatus`.
+    async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError>;
+
+    /// `ExecSync`: runs `cmd` in the container, waiting at most `timeout` (0 = no limit).
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration)
+    -> Result<api::ExecSyncResponse, CriError>;
+
+    /// `Exec`: prepares a streaming exec; returns the runtime's streaming URL.
+    async fn exec(&self, req: api::ExecRequest) -> Result<String, CriError>;
+
+    /// `Attach`: prepares a streaming attach to a running container; returns the streaming URL.
+    async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError>;
+
+    /// `PortForward`: prepares port forwarding into a sandbox's network namespace; returns the
+    /// streaming URL.
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError>;
+}
+
+/// The CRI's `ImageService` (`ImageManagerService` in cri-api): local image status and pulls.
+/// Implemented by [`CriClient`] over gRPC and by an in-memory fake in unit tests.
+///
+/// # Errors
+/// Every call fails with [`CriError`] when the runtime rejects it or cannot be reached.
+#[async_trait::async_trait]
+pub trait ImageService: Send + Sync + 'static {
+    /// `ImageStatus`: the image when present locally.
+    async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError>;
+
+    /// `PullImage`: always contacts the registry; returns the image reference (id).
+    async fn pull_image(&self, image: &str, sandbox: Option<api::PodSandboxConfig>) -> Result<String, CriError>;
+
+    /// `ListImages`.
+    async fn list_images(&self) -> Result<Vec<api::Image>, CriError>;
+}
+
+#[async_trait::async_trait]
+impl RuntimeService for CriClient {
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig) -> Result<String, CriError> {
         let req = api::RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
         Ok(call!(self.runtime.clone(), run_pod_sandbox, "RunPodSandbox", req, DEFAULT_TIMEOUT)?.pod_sandbox_id)
     }
 
-    /// `StopPodSandbox`.
-    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let req = api::StopPodSandboxRequest { pod_sandbox_id: id.to_string() };
         call!(self.runtime.clone(), stop_pod_sandbox, "StopPodSandbox", req, DEFAULT_TIMEOUT).map(|_| ())
     }
 
-    /// `RemovePodSandbox`.
-    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let req = api::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() };
         call!(self.runtime.clone(), remove_pod_sandbox, "RemovePodSandbox", req, DEFAULT_TIMEOUT).map(|_| ())
     }
 
-    /// `PodSandboxStatus`.
-    pub async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
+    async fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
         let req = api::PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false };
         let resp = call!(self.runtime.clone(), pod_sandbox_status, "PodSandboxStatus", req, DEFAULT_TIMEOUT)?;
         resp.status.ok_or_else(|| CriError::Status {
@@ -147,8 +231,7 @@ impl CriClient {
         })
     }
 
-    /// `ListPodSandbox` with an optional filter.
-    pub async fn list_pod_sandboxes(
+    async fn list_pod_sandboxes(
         &self,
         filter: Option<api::PodSandboxFilter>,
     ) -> Result<Vec<api::PodSandbox>, CriError> {
@@ -156,8 +239,7 @@ impl CriClient {
         Ok(call!(self.runtime.clone(), list_pod_sandbox, "ListPodSandbox", req, DEFAULT_TIMEOUT)?.items)
     }
 
-    /// `CreateContainer` in a sandbox; returns the container id.
-    pub async fn create_container(
+    async fn create_container(
         &self,
         sandbox_id: &str,
         config: api::ContainerConfig,
@@ -171,33 +253,28 @@ impl CriClient {
         Ok(call!(self.runtime.clone(), create_container, "CreateContainer", req, DEFAULT_TIMEOUT)?.container_id)
     }
 
-    /// `StartContainer`.
-    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+    async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let req = api::StartContainerRequest { container_id: id.to_string() };
         call!(self.runtime.clone(), start_container, "StartContainer", req, DEFAULT_TIMEOUT).map(|_| ())
     }
 
-    /// `StopContainer`: SIGTERM (or the image's stop signal), SIGKILL after `timeout_secs`.
-    pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
+    async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
         let req = api::StopContainerRequest { container_id: id.to_string(), timeout: timeout_secs };
         let deadline = DEFAULT_TIMEOUT + Duration::from_secs(timeout_secs.max(0) as u64);
         call!(self.runtime.clone(), stop_container, "StopContainer", req, deadline).map(|_| ())
     }
 
-    /// `RemoveContainer`.
-    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+    async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let req = api::RemoveContainerRequest { container_id: id.to_string() };
         call!(self.runtime.clone(), remove_container, "RemoveContainer", req, DEFAULT_TIMEOUT).map(|_| ())
     }
 
-    /// `ListContainers` with an optional filter.
-    pub async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> Result<Vec<api::Container>, CriError> {
+    async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> Result<Vec<api::Container>, CriError> {
         let req = api::ListContainersRequest { filter };
         Ok(call!(self.runtime.clone(), list_containers, "ListContainers", req, DEFAULT_TIMEOUT)?.containers)
     }
 
-    /// `ContainerStatus`.
-    pub async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
+    async fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
         let req = api::ContainerStatusRequest { container_id: id.to_string(), verbose: false };
         let resp = call!(self.runtime.clone(), container_status, "ContainerStatus", req, DEFAULT_TIMEOUT)?;
         resp.status.ok_or_else(|| CriError::Status {
@@ -207,8 +284,7 @@ impl CriClient {
         })
     }
 
-    /// `ExecSync`: runs `cmd` in the container, waiting at most `timeout` (0 = no limit).
-    pub async fn exec_sync(
+    async fn exec_sync(
         &self,
         id: &str,
         cmd: Vec<String>,
@@ -218,25 +294,23 @@ impl CriClient {
         call!(self.runtime.clone(), exec_sync, "ExecSync", req, timeout + Duration::from_secs(10))
     }
 
-    /// `Exec`: prepares a streaming exec; returns the runtime's streaming URL.
-    pub async fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
+    async fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
         Ok(call!(self.runtime.clone(), exec, "Exec", req, DEFAULT_TIMEOUT)?.url)
     }
 
-    /// `Attach`: prepares a streaming attach to a running container; returns the streaming URL.
-    pub async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+    async fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
         Ok(call!(self.runtime.clone(), attach, "Attach", req, DEFAULT_TIMEOUT)?.url)
     }
 
-    /// `PortForward`: prepares port forwarding into a sandbox's network namespace; returns the
-    /// streaming URL.
-    pub async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError> {
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError> {
         let req = api::PortForwardRequest { pod_sandbox_id: sandbox_id.to_string(), port: ports };
         Ok(call!(self.runtime.clone(), port_forward, "PortForward", req, DEFAULT_TIMEOUT)?.url)
     }
+}
 
-    /// `ImageStatus`: the image when present locally.
-    pub async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
+#[async_trait::async_trait]
+impl ImageService for CriClient {
+    async fn image_status(&self, image: &str) -> Result<Option<api::Image>, CriError> {
         let req = api::ImageStatusRequest {
             image: Some(api::ImageSpec { image: image.to_string(), ..Default::default() }),
             verbose: false,
@@ -244,8 +318,7 @@ impl CriClient {
         Ok(call!(self.image.clone(), image_status, "ImageStatus", req, DEFAULT_TIMEOUT)?.image)
     }
 
-    /// `PullImage`: always contacts the registry; returns the image reference (id).
-    pub async fn pull_image(&self, image: &str, sandbox: Option<api::PodSandboxConfig>) -> Result<String, CriError> {
+    async fn pull_image(&self, image: &str, sandbox: Option<api::PodSandboxConfig>) -> Result<String, CriError> {
         let req = api::PullImageRequest {
             image: Some(api::ImageSpec { image: image.to_string(), ..Default::default() }),
             auth: None,
@@ -254,8 +327,7 @@ impl CriClient {
         Ok(call!(self.image.clone(), pull_image, "PullImage", req, Duration::from_secs(600))?.image_ref)
     }
 
-    /// `ListImages`.
-    pub async fn list_images(&self) -> Result<Vec<api::Image>, CriError> {
+    async fn list_images(&self) -> Result<Vec<api::Image>, CriError> {
         let req = api::ListImagesRequest { filter: None };
         Ok(call!(self.image.clone(), list_images, "ListImages", req, DEFAULT_TIMEOUT)?.images)
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Container;
 
 use crate::backoff::Backoff;
-use crate::cri::CriClient;
+use crate::cri::{CriClient, ImageService};
 
 /// Image pull policy (`imagePullPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ impl ImageOutcome {
 /// [`ImageError`] with the Kubernetes reason and a message that, for images missing offline,
 /// says how to import them.
 pub async fn ensure_image(
-    cri: &CriClient,
+    cri: &dyn ImageService,
     container: &Container,
     backoff: &parking_lot::Mutex<Backoff>,
     backoff_key: &str,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::cri::{CriClient, CriError, api};
+use crate::cri::{CriError, RuntimeService, api};
 use crate::qos::{self, QosClass};
 use crate::volumes::MountSpec;
 
@@ -509,7 +509,7 @@ fn uid_filter(uid: &str) -> HashMap<String, String> {
 ///
 /// # Errors
 /// [`CriError`] when the runtime cannot be queried.
-pub async fn runtime_pod(cri: &CriClient, uid: &str) -> Result<RuntimePod, CriError> {
+pub async fn runtime_pod(cri: &dyn RuntimeService, uid: &str) -> Result<RuntimePod, CriError> {
     // The sandbox and container halves are independent, and so are the per-object status
     // calls: issued together, a read costs one round of runtime latency instead of one per
     // object (which matters when the runtime is busy starting many pods).
@@ -518,7 +518,7 @@ pub async fn runtime_pod(cri: &CriClient, uid: &str) -> Result<RuntimePod, CriEr
 }
 
 /// The sandboxes of pod `uid`, newest first, with the IPs of the ready ones.
-async fn runtime_sandboxes(cri: &CriClient, uid: &str) -> Result<Vec<SandboxInfo>, CriError> {
+async fn runtime_sandboxes(cri: &dyn RuntimeService, uid: &str) -> Result<Vec<SandboxInfo>, CriError> {
     let listed = cri
         .list_pod_sandboxes(Some(api::PodSandboxFilter { label_selector: uid_filter(uid), ..Default::default() }))
         .await?;
@@ -547,7 +547,7 @@ async fn runtime_sandboxes(cri: &CriClient, uid: &str) -> Result<Vec<SandboxInfo
 }
 
 /// The containers of pod `uid`, newest first, with their status.
-async fn runtime_containers(cri: &CriClient, uid: &str) -> Result<Vec<ContainerInfo>, CriError> {
+async fn runtime_containers(cri: &dyn RuntimeService, uid: &str) -> Result<Vec<ContainerInfo>, CriError> {
     let listed = cri
         .list_containers(Some(api::ContainerFilter { label_selector: uid_filter(uid), ..Default::default() }))
         .await?;
@@ -585,7 +585,7 @@ async fn runtime_containers(cri: &CriClient, uid: &str) -> Result<Vec<ContainerI
 ///
 /// # Errors
 /// [`CriError`] when the runtime cannot be listed.
-pub async fn runtime_pod_uids(cri: &CriClient) -> Result<std::collections::HashSet<String>, CriError> {
+pub async fn runtime_pod_uids(cri: &dyn RuntimeService) -> Result<std::collections::HashSet<String>, CriError> {
     let mut uids = std::collections::HashSet::new();
     for s in cri.list_pod_sandboxes(None).await? {
         if let Some(uid) = s.labels.get(LABEL_POD_UID) {

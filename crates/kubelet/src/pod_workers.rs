@@ -27,7 +27,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::cri::{CriClient, api};
+use crate::cri::{CriClient, ImageService, RuntimeService, api};
 use crate::envvars::{self, NodeFacts};
 use crate::host::{EventType, PodEvent, PodHost};
 use crate::images::{self, ImageOutcome};
@@ -101,7 +101,8 @@ struct Worker {
 }
 
 struct Inner {
-    cri: CriClient,
+    cri: Arc<dyn RuntimeService>,
+    images: Arc<dyn ImageService>,
     host: Arc<dyn PodHost>,
     cfg: PodRuntimeConfig,
     host_dns: ResolvConf,
@@ -121,12 +122,26 @@ pub struct PodWorkers {
 }
 
 impl PodWorkers {
-    /// Pod workers running pods through `cri`, reading and writing the API through `host`.
+    /// Pod workers running pods through the CRI client `cri`, reading and writing the API
+    /// through `host`.
     pub fn new(cri: CriClient, host: Arc<dyn PodHost>, cfg: PodRuntimeConfig) -> Self {
+        let cri = Arc::new(cri);
+        PodWorkers::with_services(cri.clone(), cri, host, cfg)
+    }
+
+    /// Pod workers running pods through any CRI `runtime` and `images` services (the fakes in
+    /// unit tests).
+    pub fn with_services(
+        runtime: Arc<dyn RuntimeService>,
+        images: Arc<dyn ImageService>,
+        host: Arc<dyn PodHost>,
+        cfg: PodRuntimeConfig,
+    ) -> Self {
         let host_dns = kuberuntime::read_resolv_conf(&cfg.resolv_conf);
         PodWorkers {
             inner: Arc::new(Inner {
-                cri,
+                cri: runtime,
+                images,
                 host,
                 cfg,
                 host_dns,
@@ -145,9 +160,9 @@ impl PodWorkers {
         &self.inner.cfg
     }
 
-    /// The CRI client in use.
-    pub fn cri(&self) -> &CriClient {
-        &self.inner.cri
+    /// The CRI runtime service in use (exec, attach, port-forward).
+    pub fn runtime(&self) -> &dyn RuntimeService {
+        self.inner.cri.as_ref()
     }
 
     /// Hands the current version of a pod bound to this node to its worker (starting one).
@@ -293,10 +308,10 @@ impl PodWorkers {
     pub async fn housekeeping_once(&self) -> Result<(), crate::cri::CriError> {
         self.inner.workers.lock().retain(|_, w| !w.task.is_finished());
         let live: HashSet<String> = self.inner.workers.lock().keys().cloned().collect();
-        let runtime_uids = kuberuntime::runtime_pod_uids(&self.inner.cri).await?;
+        let runtime_uids = kuberuntime::runtime_pod_uids(self.inner.cri.as_ref()).await?;
         for uid in runtime_uids.difference(&live) {
             tracing::info!(pod_uid = %uid, "removing orphaned pod from the runtime");
-            let rt = kuberuntime::runtime_pod(&self.inner.cri, uid).await?;
+            let rt = kuberuntime::runtime_pod(self.inner.cri.as_ref(), uid).await?;
             kill_runtime_pod(&self.inner, None, &rt, 30).await;
             remove_runtime_pod(&self.inner, &rt).await;
             volumes::cleanup_pod_dir(&self.inner.cfg.root_dir, uid);
@@ -327,7 +342,7 @@ impl PodWorkers {
         previous: bool,
     ) -> Result<Option<PathBuf>, crate::cri::CriError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let rt = kuberuntime::runtime_pod(&self.inner.cri, &uid).await?;
+        let rt = kuberuntime::runtime_pod(self.inner.cri.as_ref(), &uid).await?;
         let c = if previous { rt.previous(container) } else { rt.latest(container) };
         Ok(c.map(|c| self.inner.cfg.pod_log_dir(pod).join(kuberuntime::container_log_path(container, c.attempt))))
     }
@@ -341,7 +356,7 @@ impl PodWorkers {
         uid: &str,
         container: &str,
     ) -> Result<Option<String>, crate::cri::CriError> {
-        let rt = kuberuntime::runtime_pod(&self.inner.cri, uid).await?;
+        let rt = kuberuntime::runtime_pod(self.inner.cri.as_ref(), uid).await?;
         Ok(rt.latest(container).filter(|c| c.state == api::ContainerState::ContainerRunning).map(|c| c.id.clone()))
     }
 
@@ -350,7 +365,7 @@ impl PodWorkers {
     /// # Errors
     /// [`crate::cri::CriError`] when the runtime cannot be queried.
     pub async fn ready_sandbox_id(&self, uid: &str) -> Result<Option<String>, crate::cri::CriError> {
-        let rt = kuberuntime::runtime_pod(&self.inner.cri, uid).await?;
+        let rt = kuberuntime::runtime_pod(self.inner.cri.as_ref(), uid).await?;
         Ok(rt.sandboxes.iter().find(|s| s.ready).map(|s| s.id.clone()))
     }
 }
@@ -463,7 +478,7 @@ async fn run_worker(inner: Arc<Inner>, uid: String, mut updates: watch::Receiver
 /// the final status and deletes the API object; returns false when that failed and should be
 /// retried.
 async fn terminate(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod, delete_object: bool) -> bool {
-    let rt = match kuberuntime::runtime_pod(&inner.cri, &st.uid).await {
+    let rt = match kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await {
         Ok(rt) => rt,
         Err(e) => {
             tracing::warn!(pod = %pod_desc(pod), error = %e, "reading the runtime while terminating failed");
@@ -474,7 +489,7 @@ async fn terminate(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod, delete_o
     let grace = if delete_object { grace_seconds(pod) } else { grace_seconds(pod).min(MIN_GRACE_SECONDS) };
     kill_runtime_pod(inner, Some(pod), &rt, grace).await;
     if delete_object {
-        let rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.unwrap_or(rt);
+        let rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.unwrap_or(rt);
         let mut inputs = status_inputs(inner, st);
         inputs.terminal = true;
         inputs.waiting.clear();
@@ -525,7 +540,8 @@ async fn kill_runtime_pod(inner: &Arc<Inner>, pod: Option<&Pod>, rt: &RuntimePod
                 && let Some(container) = spec.as_ref()
             {
                 let budget = deadline.saturating_duration_since(Instant::now());
-                let outcome = prober::run_lifecycle_handler(&inner.cri, &c.id, container, &pod_ip, &hook, budget).await;
+                let outcome =
+                    prober::run_lifecycle_handler(inner.cri.as_ref(), &c.id, container, &pod_ip, &hook, budget).await;
                 if let (prober::Outcome::Failure(msg), Some(p)) = (outcome, pod) {
                     event(
                         inner,
@@ -630,14 +646,14 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
     let cri_err = |e: crate::cri::CriError| crate::Error::Config(e.to_string());
     let api_phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
     let t = Instant::now();
-    let mut rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
+    let mut rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.map_err(cri_err)?;
     tracing::debug!(pod = %pod_desc(pod), elapsed_ms = t.elapsed().as_millis() as u64, "sync started; runtime read");
 
     // A finished pod (Succeeded/Failed) is never restarted: make sure nothing runs.
     if st.finished || api_phase == "Succeeded" || api_phase == "Failed" {
         if rt.running_containers().next().is_some() || rt.sandboxes.iter().any(|s| s.ready) {
             kill_runtime_pod(inner, Some(pod), &rt, grace_seconds(pod)).await;
-            rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
+            rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.map_err(cri_err)?;
         }
         st.finished = true;
         st.stop_probes(&HashSet::new());
@@ -686,7 +702,7 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
         for old in rt.sandboxes.iter() {
             let _ = inner.cri.stop_pod_sandbox(&old.id).await;
         }
-        rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
+        rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.map_err(cri_err)?;
         next = FAST_RESYNC;
     }
     let Some(sandbox) = rt.latest_sandbox().cloned() else {
@@ -815,7 +831,7 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
                 .await;
         }
         drop(start_permit.take());
-        rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
+        rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.map_err(cri_err)?;
     }
 
     // Projected service-account tokens are rewritten before they expire (checked every sync,
@@ -838,7 +854,7 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
         if all_done {
             st.finished = true;
             kill_runtime_pod(inner, Some(pod), &rt, 0).await;
-            rt = kuberuntime::runtime_pod(&inner.cri, &st.uid).await.map_err(cri_err)?;
+            rt = kuberuntime::runtime_pod(inner.cri.as_ref(), &st.uid).await.map_err(cri_err)?;
         }
     }
 
@@ -853,7 +869,7 @@ async fn sync_pod(inner: &Arc<Inner>, st: &mut WorkerState, pod: &Pod) -> Result
                 continue;
             }
             let target = ProbeTarget {
-                cri: inner.cri.clone(),
+                cri: Arc::clone(&inner.cri),
                 host: Arc::clone(&inner.host),
                 pod: pod.clone(),
                 container: c_spec.clone(),
@@ -932,7 +948,7 @@ async fn kill_container(inner: &Inner, pod: &Pod, c: &Container, l: &ContainerIn
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()) {
         let budget = deadline.saturating_duration_since(Instant::now());
         if let prober::Outcome::Failure(msg) =
-            prober::run_lifecycle_handler(&inner.cri, &l.id, c, pod_ip, &hook, budget).await
+            prober::run_lifecycle_handler(inner.cri.as_ref(), &l.id, c, pod_ip, &hook, budget).await
         {
             event(inner, pod, EventType::Warning, "FailedPreStopHook", format!("PreStopHook failed: {msg}"), None);
         }
@@ -962,7 +978,7 @@ async fn start_container(
     let image = c.image.clone().unwrap_or_default();
     let image_key = format!("{}/{}", st.uid, image);
     let t = Instant::now();
-    let pulled = images::ensure_image(&inner.cri, c, &inner.image_backoff, &image_key, || {
+    let pulled = images::ensure_image(inner.images.as_ref(), c, &inner.image_backoff, &image_key, || {
         event(inner, pod, EventType::Normal, "Pulling", format!("Pulling image {image:?}"), fp.clone());
     })
     .await;
@@ -1060,7 +1076,7 @@ async fn start_container(
         drop(start_permit.take());
         let timeout = Duration::from_secs(grace_seconds(pod).max(MIN_GRACE_SECONDS) as u64);
         if let prober::Outcome::Failure(msg) =
-            prober::run_lifecycle_handler(&inner.cri, &id, c, &facts.pod_ip, &hook, timeout).await
+            prober::run_lifecycle_handler(inner.cri.as_ref(), &id, c, &facts.pod_ip, &hook, timeout).await
         {
             event(
                 inner,

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
-use crate::cri::CriClient;
+use crate::cri::RuntimeService;
 use crate::host::{EventType, PodEvent, PodHost};
 
 /// Probe kinds.
@@ -80,7 +80,7 @@ pub fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, St
 }
 
 /// Runs an exec action in the container (CRI ExecSync); exit code 0 is success.
-pub async fn run_exec(cri: &CriClient, container_id: &str, action: &ExecAction, timeout: Duration) -> Outcome {
+pub async fn run_exec(cri: &dyn RuntimeService, container_id: &str, action: &ExecAction, timeout: Duration) -> Outcome {
     let cmd = action.command.clone().unwrap_or_default();
     match cri.exec_sync(container_id, cmd, timeout).await {
         Ok(r) if r.exit_code == 0 => Outcome::Success,
@@ -169,7 +169,7 @@ pub async fn run_tcp(action: &TCPSocketAction, container: &Container, pod_ip: &s
 
 /// Runs one probe.
 pub async fn run_probe(
-    cri: &CriClient,
+    cri: &dyn RuntimeService,
     container_id: &str,
     container: &Container,
     pod_ip: &str,
@@ -191,7 +191,7 @@ pub async fn run_probe(
 
 /// Runs a lifecycle hook handler (postStart/preStop), waiting at most `timeout`.
 pub async fn run_lifecycle_handler(
-    cri: &CriClient,
+    cri: &dyn RuntimeService,
     container_id: &str,
     container: &Container,
     pod_ip: &str,
@@ -245,8 +245,8 @@ impl ProbeResults {
 
 /// Everything a probe worker needs.
 pub struct ProbeTarget {
-    /// The CRI client.
-    pub cri: CriClient,
+    /// The CRI runtime service (exec probes).
+    pub cri: Arc<dyn RuntimeService>,
     /// For Unhealthy events.
     pub host: Arc<dyn PodHost>,
     /// The pod (for events).
@@ -277,7 +277,7 @@ pub async fn probe_worker(target: ProbeTarget, kind: ProbeKind, results: Arc<Pro
     loop {
         let blocked = kind != ProbeKind::Startup && has_startup && results.get(&id, ProbeKind::Startup) != Some(true);
         if !blocked {
-            let outcome = run_probe(&target.cri, &id, &target.container, &target.pod_ip, &probe).await;
+            let outcome = run_probe(target.cri.as_ref(), &id, &target.container, &target.pod_ip, &probe).await;
             let ok = outcome == Outcome::Success;
             if Some(ok) == last_ok {
                 streak += 1;

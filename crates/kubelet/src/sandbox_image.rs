@@ -11,7 +11,7 @@ use std::path::Path;
 
 use ring::digest::{SHA256, digest};
 
-use crate::cri::CriClient;
+use crate::cri::ImageService;
 
 /// The reference the node's containerd is configured with as its sandbox image
 /// (`sandbox_image` in its CRI config), and that [`ensure_sandbox_image`] provides.
@@ -93,7 +93,7 @@ pub fn docker_archive(reference: &str) -> std::io::Result<Vec<u8>> {
 /// [`crate::Error::Config`] when CRI `ImageStatus` or the import fails; [`crate::Error::Io`]
 /// when the tarball can't be written or `ctr` can't run.
 pub async fn ensure_sandbox_image(
-    cri: &CriClient,
+    cri: &dyn ImageService,
     socket: &Path,
     reference: &str,
     scratch_dir: &Path,

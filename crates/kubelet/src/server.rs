@@ -279,7 +279,7 @@ async fn run_command(
         Ok(None) => return error(StatusCode::BAD_REQUEST, format!("container {container} is not running")),
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    match workers.cri().exec_sync(&id, cmd, Duration::from_secs(300)).await {
+    match workers.runtime().exec_sync(&id, cmd, Duration::from_secs(300)).await {
         Ok(api::ExecSyncResponse { stdout, stderr, exit_code }) => {
             let mut body = stdout;
             body.extend_from_slice(&stderr);
@@ -416,7 +416,7 @@ async fn streaming(
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         let ports: Vec<i32> = params.iter().filter(|(k, _)| k == "port").filter_map(|(_, v)| v.parse().ok()).collect();
-        workers.cri().port_forward(&sandbox, ports).await
+        workers.runtime().port_forward(&sandbox, ports).await
     } else {
         let cmd: Vec<String> = params.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.clone()).collect();
         if kind == StreamKind::Exec && cmd.is_empty() {
@@ -429,10 +429,10 @@ async fn streaming(
         };
         if kind == StreamKind::Exec {
             let (tty, stdin, stdout, stderr) = (opts.tty, opts.stdin, opts.stdout, opts.stderr);
-            workers.cri().exec(api::ExecRequest { container_id: id, cmd, tty, stdin, stdout, stderr }).await
+            workers.runtime().exec(api::ExecRequest { container_id: id, cmd, tty, stdin, stdout, stderr }).await
         } else {
             let (tty, stdin, stdout, stderr) = (opts.tty, opts.stdin, opts.stdout, opts.stderr);
-            workers.cri().attach(api::AttachRequest { container_id: id, tty, stdin, stdout, stderr }).await
+            workers.runtime().attach(api::AttachRequest { container_id: id, tty, stdin, stdout, stderr }).await
         }
     };
     let url = match url {

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use parking_lot::Mutex;
 use skiff_kubelet::containerd::{ContainerdConfig, ManagedContainerd};
-use skiff_kubelet::cri::CriClient;
+use skiff_kubelet::cri::{CriClient, ImageService, RuntimeService};
 use skiff_kubelet::host::{PodEvent, PodHost};
 use skiff_kubelet::kuberuntime::{self, PodRuntimeConfig};
 use skiff_kubelet::pod_workers::PodWorkers;

@@ -23,6 +23,7 @@ pub mod lease;
 pub mod logs;
 pub mod node;
 pub mod nodelifecycle;
+pub mod pleg;
 pub mod pod_workers;
 pub mod prober;
 pub mod qos;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use skiff_kubelet::cri::RuntimeService;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,6 +4,14 @@
 //! Named after the kubelet's `kuberuntime` package. Sandboxes and containers carry the labels
 //! `io.kubernetes.pod.{name,namespace,uid}` and `io.kubernetes.container.name`, so the runtime
 //! alone says which pod owns what — that is how a restarted agent adopts running pods.
+//!
+//! SyncPod itself lives in the submodules: `manager` (SyncPod, computePodActions, killing a
+//! pod), `container` (starting and killing one container, CrashLoopBackOff) and `sandbox`
+//! (creating the pod sandbox).
+
+pub(crate) mod container;
+pub(crate) mod manager;
+pub(crate) mod sandbox;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

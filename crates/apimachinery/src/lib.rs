@@ -9,7 +9,7 @@
 //! - [`validation`]: per-type validation into 422 causes.
 //! - [`defaults`]: per-type defaulting.
 //! - [`table`]: server-side printing (Table columns and cells).
-//! - [`quantity`]: `resource.Quantity` parsing.
+//! - [`quantity`]: `resource.Quantity` parsing, arithmetic and canonical printing.
 //!
 //! Everything works on raw `serde_json::Value` objects, so unknown fields survive. This crate
 //! knows nothing about HTTP or the store.

@@ -1,4 +1,4 @@
-//! `resource.Quantity` parsing: `100m`, `1.5`, `2Gi`, `1e3`, as used in resource requests/limits.
+//! `resource.Quantity`: `100m`, `1.5`, `2Gi`, `1e3`, as used in resource requests and limits.
 //!
 //! Follows the Quantity section of the API reference
 //! (<https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/>) and
@@ -11,9 +11,16 @@
 //!   [`milli_value`] (`MilliValue`, e.g. millicores for CPU) and [`value`] (`Value`, e.g. bytes for
 //!   memory), all rounding up like Kubernetes does;
 //! - `f64` in base units (cores, bytes), for validation and comparisons: [`parse_quantity`] and
-//!   [`parse_quantity_value`].
+//!   [`parse_quantity_value`];
+//! - [`Quantity`], milli-units that remember their format, for sums and printing
+//!   (`Quantity.Add`, `Quantity.String()`): what LimitRanger and ResourceQuota admission compute
+//!   and write back. It is built on [`parse_quantity`].
+//!
+//! k8s-openapi's [`resource::Quantity`] is the string as it travels in objects; [`Quantity`] here
+//! is its value.
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::api::resource;
+use serde_json::Value;
 
 /// The regular expression Kubernetes quotes when a quantity does not parse.
 pub const QUANTITY_REGEX_MESSAGE: &str =
@@ -155,7 +162,7 @@ pub fn parse_scaled_saturating(s: &str, scale: i32) -> Result<i64, InvalidQuanti
 ///
 /// # Errors
 /// As [`parse_scaled`].
-pub fn milli_value(q: &Quantity) -> Result<i64, InvalidQuantity> {
+pub fn milli_value(q: &resource::Quantity) -> Result<i64, InvalidQuantity> {
     parse_scaled(&q.0, 3)
 }
 
@@ -164,7 +171,7 @@ pub fn milli_value(q: &Quantity) -> Result<i64, InvalidQuantity> {
 ///
 /// # Errors
 /// As [`parse_scaled`].
-pub fn value(q: &Quantity) -> Result<i64, InvalidQuantity> {
+pub fn value(q: &resource::Quantity) -> Result<i64, InvalidQuantity> {
     parse_scaled(&q.0, 0)
 }
 
@@ -184,11 +191,105 @@ pub fn parse_quantity(s: &str) -> Result<f64, String> {
 ///
 /// # Errors
 /// As [`parse_quantity`]; other JSON types are rejected with the same message.
-pub fn parse_quantity_value(v: &serde_json::Value) -> Result<f64, String> {
+pub fn parse_quantity_value(v: &Value) -> Result<f64, String> {
     match v {
-        serde_json::Value::String(s) => parse_quantity(s),
-        serde_json::Value::Number(n) => n.as_f64().ok_or_else(|| QUANTITY_REGEX_MESSAGE.to_string()),
+        Value::String(s) => parse_quantity(s),
+        Value::Number(n) => n.as_f64().ok_or_else(|| QUANTITY_REGEX_MESSAGE.to_string()),
         _ => Err(QUANTITY_REGEX_MESSAGE.to_string()),
+    }
+}
+
+/// A quantity's value in milli-units, remembering whether it was written with a binary suffix,
+/// for arithmetic and printing (admission's sums of requests and quota usage).
+///
+/// Milli-units keep sums exact for the magnitudes requests and quotas use. Printing follows
+/// `resource.Quantity.String()`'s canonical forms: binary suffixes (`Ki`…`Ei`) for quantities
+/// written with one, decimal suffixes (`m`, `""`, `k`, `M`, `G`, `T`, `P`, `E`) otherwise,
+/// choosing the largest suffix that keeps an integer mantissa.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Quantity {
+    /// Value × 1000.
+    pub milli: i128,
+    /// Printed with binary suffixes.
+    pub binary: bool,
+}
+
+impl Quantity {
+    /// Zero (decimal format).
+    pub const ZERO: Quantity = Quantity { milli: 0, binary: false };
+
+    /// `units` (as [`parse_quantity`] returns them) rounded to milli-units.
+    fn from_units(units: f64, binary: bool) -> Self {
+        Self { milli: (units * 1000.0).round() as i128, binary }
+    }
+
+    /// Parses a quantity string.
+    ///
+    /// # Errors
+    /// [`QUANTITY_REGEX_MESSAGE`] when the string is not a quantity.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Ok(Self::from_units(parse_quantity(s)?, s.trim().ends_with('i')))
+    }
+
+    /// Parses a JSON string or number; other values and malformed strings are `None`.
+    pub fn from_json(v: &Value) -> Option<Self> {
+        match v {
+            Value::String(s) => Self::parse(s).ok(),
+            other => parse_quantity_value(other).ok().map(|units| Self::from_units(units, false)),
+        }
+    }
+
+    /// The larger of two.
+    pub fn max(self, other: Quantity) -> Quantity {
+        if other.milli > self.milli { other } else { self }
+    }
+
+    /// The value as a float (whole units).
+    pub fn as_f64(self) -> f64 {
+        self.milli as f64 / 1000.0
+    }
+}
+
+/// The sum, in the format of the left operand (or of the right one when the left is zero).
+impl std::ops::Add for Quantity {
+    type Output = Quantity;
+
+    fn add(self, other: Quantity) -> Quantity {
+        let binary = if self.milli == 0 { other.binary } else { self.binary };
+        Quantity { milli: self.milli + other.milli, binary }
+    }
+}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = self.milli;
+        if m == 0 {
+            return f.write_str("0");
+        }
+        let sign = if m < 0 { "-" } else { "" };
+        let m = m.abs();
+        if m % 1000 != 0 {
+            return write!(f, "{sign}{m}m");
+        }
+        let units = m / 1000;
+        if self.binary {
+            for (suffix, pow) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+                let d = 1i128 << pow;
+                if units % d == 0 {
+                    return write!(f, "{sign}{}{suffix}", units / d);
+                }
+            }
+            // Kubernetes falls back to decimal when no binary suffix fits, but keeps small
+            // numbers plain.
+            return write!(f, "{sign}{units}");
+        }
+        for (suffix, pow) in [("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3)] {
+            let d = 10i128.pow(pow);
+            if units % d == 0 {
+                return write!(f, "{sign}{}{suffix}", units / d);
+            }
+        }
+        write!(f, "{sign}{units}")
     }
 }
 
@@ -252,8 +353,8 @@ mod tests {
         for (q, scale, want) in cases {
             assert_eq!(parse_scaled(q, scale), Ok(want), "{q} x10^{scale}");
         }
-        assert_eq!(milli_value(&Quantity("250m".into())), Ok(250));
-        assert_eq!(value(&Quantity("1Ki".into())), Ok(1024));
+        assert_eq!(milli_value(&resource::Quantity("250m".into())), Ok(250));
+        assert_eq!(value(&resource::Quantity("1Ki".into())), Ok(1024));
     }
 
     #[test]
@@ -274,5 +375,45 @@ mod tests {
         assert_eq!(parse_scaled_saturating("8Ei", 0), Ok(i64::MAX));
         assert_eq!(parse_scaled_saturating("4Ei", 0), Ok(1 << 62));
         assert!(parse_scaled_saturating("1Gb", 0).is_err());
+    }
+
+    #[test]
+    fn quantities_print_in_kubernetes_canonical_form() {
+        let cases = [
+            ("100m", "100m"),
+            ("0.5", "500m"),
+            ("1", "1"),
+            ("1000", "1k"),
+            ("1500", "1500"),
+            ("2Gi", "2Gi"),
+            ("1536Mi", "1536Mi"),
+            ("1024Mi", "1Gi"),
+            ("1G", "1G"),
+            ("0", "0"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(Quantity::parse(input).unwrap().to_string(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn sums_keep_the_format_of_the_first_non_zero_operand() {
+        let a = Quantity::parse("512Mi").unwrap();
+        let b = Quantity::parse("512Mi").unwrap();
+        assert_eq!((Quantity::ZERO + a + b).to_string(), "1Gi");
+        let c = Quantity::parse("250m").unwrap() + Quantity::parse("750m").unwrap();
+        assert_eq!(c.to_string(), "1");
+        assert!(Quantity::parse("1Gb").is_err());
+    }
+
+    #[test]
+    fn json_strings_and_numbers_are_quantities_and_other_values_are_not() {
+        assert_eq!(
+            Quantity::from_json(&serde_json::json!("2Gi")),
+            Some(Quantity { milli: (2 << 30) * 1000, binary: true })
+        );
+        assert_eq!(Quantity::from_json(&serde_json::json!(1.5)), Some(Quantity { milli: 1500, binary: false }));
+        assert_eq!(Quantity::from_json(&serde_json::json!("2GB")), None);
+        assert_eq!(Quantity::from_json(&serde_json::json!(true)), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The admission chain of the running API server
 //! (<https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/>): the
-//! built-in plugins of `skiff-auth` in kube-apiserver's order behind the API server's
+//! built-in plugins of `skiff-admission` in kube-apiserver's order behind the API server's
 //! [`Admission`] seam, fed from the watch caches.
 //!
 //! - mutating: NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
@@ -29,14 +29,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use skiff_apimachinery::ApiError;
-use skiff_auth::UserInfo;
-use skiff_auth::admission::plugins::{
+use skiff_admission::plugins::{
     default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority, rbac_escalation,
     resource_quota, service_account,
 };
-use skiff_auth::admission::webhook::{ServiceResolver, WebhookAdmission};
-use skiff_auth::admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};
+use skiff_admission::webhook::{ServiceResolver, WebhookAdmission};
+use skiff_admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};
+use skiff_apimachinery::ApiError;
+use skiff_auth::UserInfo;
 use skiff_auth::rbac::RbacAuthorizer;
 
 use crate::AppState;
@@ -808,7 +808,7 @@ pub async fn bootstrap(state: &AppState) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// skiff-auth's view of one admission call: the request as its plugins (and NodeRestriction)
+/// skiff-admission's view of one admission call: the request as its plugins (and NodeRestriction)
 /// read it, with copies of the object and the old object.
 pub(crate) fn admission_request(
     attrs: &Attributes<'_>,

@@ -1,5 +1,5 @@
-//! The Node authorizer and NodeRestriction admission of `skiff-auth` ([`skiff_auth::node`])
-//! wired into the API server: [`install`] puts the Node authorizer before the configured one
+//! The Node authorizer of `skiff-auth` ([`skiff_auth::node`]) and NodeRestriction admission of
+//! `skiff-admission` wired into the API server: [`install`] puts the Node authorizer before the configured one
 //! (`--authorization-mode=Node,RBAC`) and NodeRestriction in front of the admission chain;
 //! [`feed`] keeps the [`NodeGraph`] equal to the pods and PersistentVolumes in the watch caches.
 //!
@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use skiff_admission::plugins::node_restriction::NodeRestriction;
 use skiff_apimachinery::ApiError;
 use skiff_auth::UserInfo;
 use skiff_auth::node::authorizer::NodeAuthorizer;
 use skiff_auth::node::graph::NodeGraph;
-use skiff_auth::node::restriction::NodeRestriction;
 use skiff_auth::rbac;
 
 use crate::admission::{Admission, Attributes as AdmissionAttributes, Operation};

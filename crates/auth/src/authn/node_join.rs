@@ -15,9 +15,9 @@
 //!    [`handle_node_join`]: a [`NodeJoinResponse`] holding the certificate signed by the cluster
 //!    CA (subject forced to `CN=system:node:<name>, O=system:nodes`, client-auth usage, 1 year)
 //!    and the CA bundle.
-//! 3. The agent talks to the API server with that certificate; the Node authorizer and
-//!    NodeRestriction admission ([`crate::node`]) grant it the kubelet's permissions on its own
-//!    Node and the pods bound to it.
+//! 3. The agent talks to the API server with that certificate; the Node authorizer
+//!    ([`crate::node`]) and NodeRestriction admission grant it the kubelet's permissions on its
+//!    own Node and the pods bound to it.
 //!
 //! An agent running simulated nodes (`skiff agent --simulated-nodes N`) sets
 //! [`NodeJoinRequest::simulated`]: it manages many Nodes under one credential, so it gets the

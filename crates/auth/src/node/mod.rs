@@ -1,7 +1,6 @@
-//! Node authorization and the NodeRestriction admission plugin: a kubelet (user
-//! `system:node:<name>` in group `system:nodes`) may act only on its own Node and Lease, on the
-//! pods bound to it, and may read only the secrets, configmaps, persistent volume claims,
-//! persistent volumes and service accounts those pods use.
+//! Node authorization: a kubelet (user `system:node:<name>` in group `system:nodes`) may act
+//! only on its own Node and Lease, on the pods bound to it, and may read only the secrets,
+//! configmaps, persistent volume claims, persistent volumes and service accounts those pods use.
 //!
 //! - [`graph::NodeGraph`]: which node each bound pod is on and what the pod references
 //!   (Kubernetes keeps a persistent graph of vertices and edges; skiff keeps the same relation
@@ -9,13 +8,14 @@
 //!   in memory at decision time);
 //! - [`authorizer::NodeAuthorizer`]: kube-apiserver's `Node` authorization mode
 //!   (<https://kubernetes.io/docs/reference/access-authn-authz/node/>), put before RBAC
-//!   (`--authorization-mode=Node,RBAC`); it allows or has no opinion, never denies;
-//! - [`restriction::NodeRestriction`]: the admission plugin that limits what a node may write
-//!   (<https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction>).
+//!   (`--authorization-mode=Node,RBAC`); it allows or has no opinion, never denies.
+//!
+//! What a node may write is limited further by the NodeRestriction admission plugin
+//! (`skiff-admission`'s `plugins::node_restriction`), which reads the same graph and
+//! [`node_identity`].
 
 pub mod authorizer;
 pub mod graph;
-pub mod restriction;
 
 use crate::user::{NODE_USER_PREFIX, NODES_GROUP, UserInfo};
 

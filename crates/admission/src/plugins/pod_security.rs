@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
 
-use crate::admission::{AdmissionLookup, AdmissionRequest, Feedback, Operation, ValidatingAdmission, labels};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, Operation, ValidatingAdmission, labels};
 
 /// Label prefix of the namespace policy.
 pub const LABEL_PREFIX: &str = "pod-security.kubernetes.io/";
@@ -819,7 +819,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::MemoryLookup;
+    use crate::MemoryLookup;
 
     fn restricted_ok_container(name: &str) -> Value {
         json!({"name": name, "image": "nginx", "securityContext": {"allowPrivilegeEscalation": false,

@@ -14,10 +14,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use skiff_apimachinery::ApiError;
 
-use crate::admission::quantity::Quantity;
-use crate::admission::{
-    AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission,
-};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission};
+use skiff_apimachinery::quantity::Quantity;
 
 /// The annotation recording what LimitRanger defaulted.
 pub const ANNOTATION: &str = "kubernetes.io/limit-ranger";

@@ -5,6 +5,7 @@
 pub mod default_toleration_seconds;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
+pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod rbac_escalation;

@@ -12,7 +12,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
-use crate::admission::{AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, array_at};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, array_at};
 
 /// The default service account's name.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
@@ -155,7 +155,7 @@ impl MutatingAdmission for ServiceAccount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::MemoryLookup;
+    use crate::MemoryLookup;
 
     fn lookup() -> MemoryLookup {
         let l = MemoryLookup::new();

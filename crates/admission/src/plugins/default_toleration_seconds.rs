@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
-use crate::admission::{AdmissionRequest, Feedback, MutatingAdmission, array_at};
+use crate::{AdmissionRequest, Feedback, MutatingAdmission, array_at};
 
 /// Taint of a node whose Ready condition is False.
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";

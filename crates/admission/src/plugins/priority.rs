@@ -10,9 +10,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
-use crate::admission::{
-    AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission,
-};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission};
 
 /// `PreemptLowerPriority`, the default preemption policy.
 pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
@@ -170,7 +168,7 @@ impl ValidatingAdmission for Priority {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::MemoryLookup;
+    use crate::MemoryLookup;
 
     fn forbidden(why: &str) -> ApiError {
         ApiError::forbidden("", "pods", "p", why)

@@ -9,11 +9,20 @@
 //! - [`AdmissionLookup`]: what built-in plugins read from the API (namespaces, LimitRanges,
 //!   ResourceQuotas, PriorityClasses, ServiceAccounts), served from the server's watch caches;
 //!   [`MemoryLookup`] is an in-memory implementation;
-//! - [`plugins`]: the built-ins, each a pure function plus a plugin wrapper;
+//! - [`plugins`]: the built-ins (Kubernetes' `plugin/pkg/admission`), each a pure function plus
+//!   a plugin wrapper, NodeRestriction among them;
 //! - [`webhook`]: MutatingAdmissionWebhook and ValidatingAdmissionWebhook.
+//!
+//! Who is asking comes from `skiff-auth` ([`skiff_auth::UserInfo`]); so do the RBAC authorizer
+//! the escalation check asks and the node graph NodeRestriction reads. Like `skiff-auth`, this
+//! crate is pure or in-memory and knows nothing about routes or the store: the API server
+//! provides an [`AdmissionLookup`] over its watch caches.
+
+// `ApiError` (a metav1.Status) is the error of every request-path function, as in the rest of
+// skiff; boxing it would only move the allocation.
+#![allow(clippy::result_large_err)]
 
 pub mod plugins;
-pub mod quantity;
 pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,7 +33,7 @@ use parking_lot::RwLock;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
-use crate::user::UserInfo;
+use skiff_auth::UserInfo;
 
 /// The operation being admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,7 +116,7 @@ impl AdmissionRequest {
     /// A request for `operation` on `group/version` `resource` of kind `kind`.
     pub fn new(operation: Operation, group: &str, version: &str, resource: &str, kind: &str) -> Self {
         Self {
-            uid: crate::authn::serviceaccount::random_uuid(),
+            uid: skiff_auth::authn::serviceaccount::random_uuid(),
             operation: Some(operation),
             kind: GroupVersionKind { group: group.into(), version: version.into(), kind: kind.into() },
             resource: GroupVersionResource { group: group.into(), version: version.into(), resource: resource.into() },
@@ -343,7 +352,7 @@ impl AdmissionChain {
         lookup: Arc<dyn AdmissionLookup>,
         pod_security: plugins::pod_security::PodSecurityConfig,
         webhooks: Arc<webhook::WebhookAdmission>,
-        rbac: Arc<crate::rbac::RbacAuthorizer>,
+        rbac: Arc<skiff_auth::rbac::RbacAuthorizer>,
     ) -> Self {
         use plugins::*;
         Self::new()

@@ -25,8 +25,8 @@ use serde_json::{Map, Value};
 use skiff_apimachinery::ApiError;
 
 use super::limit_ranger::{container_resources, pod_resources};
-use crate::admission::quantity::Quantity;
-use crate::admission::{AdmissionLookup, AdmissionRequest, Feedback, Operation, ValidatingAdmission};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, Operation, ValidatingAdmission};
+use skiff_apimachinery::quantity::Quantity;
 
 /// Resource name → quantity.
 pub type Usage = BTreeMap<String, Quantity>;
@@ -342,7 +342,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::MemoryLookup;
+    use crate::MemoryLookup;
 
     fn pod(name: &str, cpu: &str, mem: &str) -> Value {
         json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c",

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use skiff_apimachinery::ApiError;
 
-use crate::admission::{AdmissionRequest, Feedback, Operation, ValidatingAdmission};
-use crate::rbac::{RBAC_GROUP, RbacAuthorizer, RbacKind};
+use crate::{AdmissionRequest, Feedback, Operation, ValidatingAdmission};
+use skiff_auth::rbac::{RBAC_GROUP, RbacAuthorizer, RbacKind};
 
 /// The plugin.
 pub struct RbacEscalation {
@@ -49,7 +49,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::UserInfo;
+    use skiff_auth::UserInfo;
 
     #[tokio::test]
     async fn role_writes_are_checked_for_escalation() {

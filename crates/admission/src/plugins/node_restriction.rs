@@ -24,11 +24,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
 
-use super::graph::{NodeGraph, RefKind, references_any};
-use super::{NODE_LEASE_NAMESPACE, node_identity};
-use crate::admission::{AdmissionRequest, Feedback, MutatingAdmission, Operation};
+use crate::{AdmissionRequest, Feedback, MutatingAdmission, Operation};
+use skiff_auth::node::graph::{NodeGraph, RefKind, references_any};
+use skiff_auth::node::{NODE_LEASE_NAMESPACE, node_identity};
 
-pub use crate::admission::plugins::service_account::MIRROR_POD_ANNOTATION;
+pub use super::service_account::MIRROR_POD_ANNOTATION;
 
 /// The labels kubelets set on their Node (Kubernetes' `kubeletapis` list).
 const KUBELET_LABELS: [&str; 11] = [
@@ -323,7 +323,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::UserInfo;
+    use skiff_auth::UserInfo;
 
     fn plugin() -> NodeRestriction {
         let g = Arc::new(NodeGraph::new());

@@ -8,9 +8,7 @@ use async_trait::async_trait;
 use skiff_apimachinery::ApiError;
 use skiff_apimachinery::status::Cause;
 
-use crate::admission::{
-    AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission,
-};
+use crate::{AdmissionLookup, AdmissionRequest, Feedback, MutatingAdmission, Operation, ValidatingAdmission};
 
 /// Namespaces that can never be deleted.
 pub const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
@@ -92,7 +90,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::admission::MemoryLookup;
+    use crate::MemoryLookup;
 
     #[test]
     fn namespace_lifecycle_guards_missing_terminating_and_immortal_namespaces() {

@@ -16,8 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 
 use super::*;
-use crate::admission::{AdmissionChain, MemoryLookup, Operation};
-use crate::user::UserInfo;
+use crate::{AdmissionChain, MemoryLookup, Operation};
+use skiff_auth::UserInfo;
 
 fn rule(
     ops: &[&str],

@@ -12,8 +12,7 @@
 //!   no `prev_kv` on puts; the `else` get runs only when the compare fails). The txn still
 //!   costs etcd more than a plain put: etcd before 3.4.24 (Debian's 3.4.23) copies its buffer of
 //!   not yet committed writes into a new read transaction for every txn it applies (etcd
-//!   PR #15195; 3.5 avoids the copy for write txns, PR #12896), about 1.5× a put's server CPU
-//!   at 256 writers in `skiff bench store`.
+//!   PR #15195; 3.5 avoids the copy for write txns, PR #12896); BENCHMARKS.md has the cost.
 //! - range: linearizable reads, paginated internally (every page pinned to the first page's
 //!   revision) so that no gRPC response grows past the client's decode limit.
 //! - watch: an etcd watch with `prev_kv`, started one revision early so that etcd itself checks
@@ -68,8 +67,9 @@ const WATCH_CHANNEL_CAPACITY: usize = 64;
 /// becomes a [`WatchResponse::Progress`], and how long such a stream must have been idle before
 /// progress is requested; see [`EtcdBackend::watch`]. Longer than the 100 ms between two rounds
 /// in which etcd sends history to watchers still catching up (its `syncWatchersLoop`): with
-/// 100 ms, the watch-history test saw "bookmark at 661 was followed by an event at 632" in 2 of
-/// 9 runs on a loaded machine (a watcher resumed after a member was killed, replaying history).
+/// exactly that interval, a watcher resumed after a member was killed, still replaying history,
+/// could get a bookmark ahead of an event it had yet to receive (the watch-history test caught
+/// it on a loaded machine; BENCHMARKS.md has the runs).
 const OLD_ETCD_PROGRESS_GRACE: Duration = Duration::from_millis(250);
 
 /// TLS material for talking to etcd over `https://` endpoints (kube-apiserver's
@@ -110,9 +110,9 @@ pub struct EtcdConfig {
     pub connections: usize,
 }
 
-/// The default of [`EtcdConfig::connections`]: one. `skiff bench store` on 2 loaded cores
-/// showed no gain from 4 connections (256 writers: 62-69 % of raw etcd puts, as with one) and
-/// a loss at 16 writers (57-75 % instead of 80-88 %): etcd's own CPU is the limit there.
+/// The default of [`EtcdConfig::connections`]: one. In `skiff bench store` on 2 loaded cores
+/// more connections gained nothing at 256 writers and lost at 16 (BENCHMARKS.md): etcd's own
+/// CPU is the limit there, not the client's one connection.
 pub const DEFAULT_CONNECTIONS: usize = 1;
 
 impl EtcdConfig {

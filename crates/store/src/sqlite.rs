@@ -6,42 +6,45 @@
 //!   (schema version, compacted revision, compaction cursor). A read at revision `R` takes, for
 //!   each key, its newest row at or below `R` and skips tombstones; one read transaction gives
 //!   one consistent snapshot (SQLite WAL snapshot isolation).
+//! - **Shared state** (`shared.rs`): what the backend handle and the threads below share — the
+//!   revisions, the watch hub, counters, the flags the threads set for each other — and the
+//!   messages between them. Each thread's logic has its own file.
 //! - **Writer thread** (`writer.rs`): owns the only writing connection. Group commit: it takes
 //!   every queued write, checks each in order against an in-memory index of live keys, inserts
 //!   the accepted ones and commits them in one transaction, which writes the WAL without an
 //!   fsync (`synchronous=NORMAL`), and hands the batch to the syncer. A rejected
 //!   compare-and-swap fails alone.
-//! - **Syncer thread** (pipelined group commit): fsyncs the WAL once for every batch committed
-//!   since its previous fsync, then makes their revisions visible (the durable revision bounds
-//!   every read), publishes them to watchers and answers their callers. While it waits for the
-//!   disk the writer already applies and commits the next batches, so the fsync and the CPU
-//!   work overlap instead of adding up.
+//! - **Syncer thread** (`syncer.rs`, pipelined group commit): fsyncs the WAL once for every
+//!   batch committed since its previous fsync, then makes their revisions visible (the durable
+//!   revision bounds every read), publishes them to watchers and answers their callers. While it
+//!   waits for the disk the writer already applies and commits the next batches, so the fsync
+//!   and the CPU work overlap instead of adding up.
 //! - **Readers**: a small pool of `query_only` connections used from `spawn_blocking`.
 //! - **Watch hub** (`hub.rs`): the writer hands each committed batch to synced watchers over
 //!   bounded channels; a watcher that is behind (new with an old start revision, or too slow)
 //!   reads history from the database and switches to live delivery under the hub's lock.
 //!   Idle watchers get [`WatchResponse::Progress`] every [`Options::progress_interval`].
-//! - **Compaction**: `compact(C)` records `C` durably at once; the writer then deletes
-//!   superseded rows and tombstones at or below `C` in transactions of about a millisecond
-//!   between batches, pausing at least as long between them, so writers wait at most one short
-//!   chunk. A background policy compacts, every
-//!   [`Options::compaction_interval`], to the revision seen at the previous tick (like
-//!   kube-apiserver's `--etcd-compaction-interval`).
-//! - **Checkpointer thread**: copies the WAL into the database file with PASSIVE checkpoints
-//!   off the commit path: when writes pause (the next write then starts the WAL over), or after
-//!   about 16 MiB of writes while they flow. The writer never checkpoints. SQLite restarts the
-//!   WAL only when a write begins with every frame copied, which never happens while writes
-//!   come back to back: once the WAL reaches 32 MiB the checkpointer catches up until few
-//!   frames are left and asks the writer for a quiet window of at most 4 ms
-//!   (`WAL_RESTART_WINDOW`) in which it copies the rest; if that is not enough (a busy disk:
-//!   the checkpoint fsyncs the WAL and the database file), the writer goes on and the WAL
-//!   grows until a later window or the next pause. Past 1 GiB (`WAL_LIMIT_BYTES`, a safety
-//!   valve for the disk, not the common case) the window waits for the checkpoint to finish
-//!   (up to `WAL_LIMIT_WINDOW`), which bounds the WAL at the cost of one stall of a
-//!   checkpoint's fsyncs (8-280 ms measured on the loaded test disk). The limit is that high
-//!   because issue 2 puts writer stalls of more than a few milliseconds first: under 256
-//!   writers back to back for minutes the WAL reached 512 MiB in the bench without it.
-//!   `journal_size_limit` truncates it back to 64 MiB after a restart.
+//! - **Compaction** (`compaction.rs`): `compact(C)` records `C` durably at once; the writer then
+//!   deletes superseded rows and tombstones at or below `C` in transactions of about a
+//!   millisecond between batches, pausing at least as long between them, so writers wait at
+//!   most one short chunk; a compaction reader thread reads each step's rows ahead on its own
+//!   connection. A background policy compacts, every [`Options::compaction_interval`], to the
+//!   revision seen at the previous tick (like kube-apiserver's `--etcd-compaction-interval`).
+//! - **Checkpointer thread** (`checkpointer.rs`): copies the WAL into the database file with
+//!   PASSIVE checkpoints off the commit path: when writes pause (the next write then starts the
+//!   WAL over), or after `CHECKPOINT_BYTES` of writes (at most half the restart length) while
+//!   they flow. The writer never checkpoints.
+//!   SQLite restarts the WAL only when a write begins with every frame copied, which never
+//!   happens while writes come back to back: once the WAL reaches `WAL_RESTART_BYTES` the
+//!   checkpointer catches up until few frames are left and asks the writer for a quiet window
+//!   of at most `WAL_RESTART_WINDOW` in which it copies the rest; if that is not enough (a busy
+//!   disk: the checkpoint fsyncs the WAL and the database file), the writer goes on and the WAL
+//!   grows until a later window or the next pause. Past `WAL_LIMIT_BYTES`, a safety valve for
+//!   the disk set far above the common case, the window waits for the checkpoint to finish (up
+//!   to `WAL_LIMIT_WINDOW`): that bounds the WAL at the cost of one stall as long as a
+//!   checkpoint's fsyncs, which is why the limit is high — writer stalls longer than a few
+//!   milliseconds matter more than the WAL's length. `journal_size_limit` truncates the WAL
+//!   after a restart. BENCHMARKS.md has the measurements behind these settings.
 //!
 //! Durability: a write is acknowledged, and visible to any reader or watcher, only after its
 //! transaction's WAL frames are fsynced (by the syncer; a failed fsync fails every later write
@@ -50,13 +53,17 @@
 //! interrupted transaction vanish whole. A database is owned by one open backend at a time (an
 //! exclusive lock on `<file>-lock`).
 
+mod checkpointer;
+mod compaction;
 mod hub;
 mod schema;
+mod shared;
+mod syncer;
 mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -68,8 +75,9 @@ use tokio::sync::{Notify, mpsc, oneshot};
 pub use schema::{PAGE_SIZE, WRITER_PRAGMAS, configure_durable_connection};
 
 use self::hub::{Hub, Register, Status, WATCH_CHANNEL_CAPACITY};
-use self::schema::{Create, OwnerLock, internal};
-use self::writer::{CheckpointerLink, Request, WriteOp, WriteOutcome, Writer, meta};
+use self::schema::{Create, OwnerLock, meta};
+use self::shared::{CheckpointerLink, CompactionReaderLink, Request, Shared, Stats, WalRestart, WriteOp, WriteOutcome};
+use self::writer::Writer;
 use crate::{
     Backend, Error, Event, EventType, KeyValue, MAX_VALUE_BYTES, Options, RangeRequest, RangeResponse, Result,
     Revision, WatchResponse, WatchStream, prefix_range_end,
@@ -103,8 +111,8 @@ pub struct SqliteStats {
     pub longest_compaction_chunk: Duration,
     /// Background WAL checkpoints run (off the commit path).
     pub checkpoints: u64,
-    /// Quiet windows (at most 4 ms each) the writer gave the checkpointer to copy the last
-    /// frames of a long WAL, so that the next write starts it over.
+    /// Quiet windows (each at most the restart window's length) the writer gave the
+    /// checkpointer to copy the last frames of a long WAL, so that the next write starts it over.
     pub restart_windows: u64,
     /// Restart windows in which the checkpointer copied the whole WAL in time.
     pub restart_windows_caught_up: u64,
@@ -112,10 +120,10 @@ pub struct SqliteStats {
     /// because its checkpoints took longer than a window (a slow disk): the WAL then grows
     /// until a later attempt or the next pause in writes.
     pub restart_windows_skipped: u64,
-    /// Restart windows opened because the WAL passed its limit (twice the restart length by
-    /// default) after shorter windows did not let it start over: these wait for the
-    /// checkpoint to finish (its copy and two fsyncs), up to a second, so the WAL stays bounded
-    /// on a disk too slow for the short windows.
+    /// Restart windows opened because the WAL passed its limit (far above the restart length)
+    /// after shorter windows did not let it start over: these wait for the checkpoint to finish
+    /// (its copy and two fsyncs), up to a second, so the WAL stays bounded on a disk too slow
+    /// for the short windows.
     pub restart_windows_forced: u64,
     /// Times a background checkpoint found the WAL started over since the previous one.
     pub wal_restarts: u64,
@@ -131,108 +139,6 @@ pub struct SqliteStats {
     pub longest_background_wait: Duration,
     /// The longest `COMMIT` of a write batch (writing its WAL frames) or fsync of the WAL.
     pub longest_commit: Duration,
-}
-
-#[derive(Default)]
-struct Stats {
-    batches: AtomicU64,
-    syncs: AtomicU64,
-    writes: AtomicU64,
-    compaction_chunks: AtomicU64,
-    compact_cursor: AtomicI64,
-    longest_chunk_micros: AtomicU64,
-    checkpoints: AtomicU64,
-    restart_windows: AtomicU64,
-    restart_windows_caught_up: AtomicU64,
-    restart_windows_skipped: AtomicU64,
-    restart_windows_forced: AtomicU64,
-    wal_restarts: AtomicU64,
-    longest_wal_bytes: AtomicU64,
-    /// About how many bytes were committed since the last background checkpoint.
-    wal_bytes: AtomicU64,
-    longest_queue_wait_micros: AtomicU64,
-    longest_background_wait_micros: AtomicU64,
-    longest_commit_micros: AtomicU64,
-}
-
-/// When the WAL is started over while writes come back to back (see the module docs).
-#[derive(Debug, Clone, Copy)]
-struct WalRestart {
-    /// WAL length at which the checkpointer asks the writer for a restart window, in bytes.
-    bytes: i64,
-    /// The longest the writer holds its next batch back in such a window.
-    window: Duration,
-    /// WAL length beyond which a window waits for the checkpoint up to `limit_window`, in bytes.
-    limit_bytes: i64,
-    /// The longest the writer holds its next batch back once the WAL passed `limit_bytes`.
-    limit_window: Duration,
-}
-
-impl Default for WalRestart {
-    fn default() -> Self {
-        Self {
-            bytes: writer::WAL_RESTART_BYTES,
-            window: writer::WAL_RESTART_WINDOW,
-            limit_bytes: writer::WAL_LIMIT_BYTES,
-            limit_window: writer::WAL_LIMIT_WINDOW,
-        }
-    }
-}
-
-/// State shared by the backend handle, the writer thread and watch tasks.
-struct Shared {
-    path: PathBuf,
-    /// The last committed revision (set by the writer after each commit).
-    current_rev: AtomicI64,
-    /// The compacted revision (set by the writer once recorded durably).
-    compacted_rev: AtomicI64,
-    hub: Hub,
-    stats: Stats,
-    /// The syncer thread is fsyncing the WAL (the writer then gathers larger batches).
-    syncing: AtomicBool,
-    /// An fsync of the WAL failed: every later write fails until the store is reopened.
-    sync_failed: AtomicBool,
-    /// Set by the checkpointer when the WAL keeps growing; the writer then opens a restart
-    /// window (see `Writer::maybe_open_restart_window`).
-    restart_requested: AtomicBool,
-    /// The requested window is for a WAL past `WalRestart::limit_bytes`: it waits up to
-    /// `WalRestart::limit_window` for the checkpoint.
-    restart_forced: AtomicBool,
-    /// When the checkpointer asks for a restart window, and how long the writer waits.
-    wal_restart: WalRestart,
-    /// Writes sent to the writer thread and not yet taken into a batch: background work
-    /// (compaction, vacuum) ends its transaction early when one is waiting.
-    queued_writes: AtomicUsize,
-    readers: Mutex<Vec<Connection>>,
-    readers_closed: AtomicBool,
-    read_permits: tokio::sync::Semaphore,
-    progress_interval: Duration,
-}
-
-impl Shared {
-    /// Runs `f` on a pooled read connection (blocking; call from `spawn_blocking`).
-    fn with_reader<R>(&self, f: impl FnOnce(&mut Connection) -> Result<R>) -> Result<R> {
-        if self.readers_closed.load(Ordering::SeqCst) {
-            return Err(Error::Unavailable(format!("store {} is closed", self.path.display())));
-        }
-        let pooled = self.readers.lock().pop();
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => schema::open_connection(&self.path, false)?,
-        };
-        let result = f(&mut conn);
-        if conn.is_autocommit() && !self.readers_closed.load(Ordering::SeqCst) {
-            let mut idle = self.readers.lock();
-            if idle.len() < MAX_READERS {
-                idle.push(conn);
-            }
-        }
-        result
-    }
-
-    fn err(&self, e: rusqlite::Error) -> Error {
-        internal(&self.path, e)
-    }
 }
 
 /// The embedded SQLite backend. Cheap to share behind an `Arc`; dropping it stops the writer
@@ -309,10 +215,7 @@ impl SqliteBackend {
         let compaction_conn = schema::open_connection(path, false)?;
         let (compaction_requests, compaction_requests_rx) = std::sync::mpsc::sync_channel(1);
         let (compaction_rows_tx, compaction_rows) = std::sync::mpsc::channel();
-        writer.set_compaction_reader(writer::CompactionReaderLink {
-            request: compaction_requests,
-            rows: compaction_rows,
-        });
+        writer.set_compaction_reader(CompactionReaderLink { request: compaction_requests, rows: compaction_rows });
         let (sync_tx, sync_rx) = std::sync::mpsc::channel();
         writer.set_syncer(sync_tx)?;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -322,21 +225,21 @@ impl SqliteBackend {
         threads.push(
             std::thread::Builder::new()
                 .name("skiff-store-checkpoint".into())
-                .spawn(move || writer::checkpoint_loop(ckpt_conn, wake_rx, done_tx, s))
+                .spawn(move || checkpointer::checkpoint_loop(ckpt_conn, wake_rx, done_tx, s))
                 .map_err(spawn_err)?,
         );
         threads.push(
             std::thread::Builder::new()
                 .name("skiff-store-compaction-reader".into())
                 .spawn(move || {
-                    writer::compaction_read_loop(compaction_conn, compaction_requests_rx, compaction_rows_tx)
+                    compaction::compaction_read_loop(compaction_conn, compaction_requests_rx, compaction_rows_tx)
                 })
                 .map_err(spawn_err)?,
         );
         let s = shared.clone();
         let syncer = std::thread::Builder::new()
             .name("skiff-store-sync".into())
-            .spawn(move || writer::sync_loop(wal, sync_conn, sync_rx, s))
+            .spawn(move || syncer::sync_loop(wal, sync_conn, sync_rx, s))
             .map_err(spawn_err)?;
         threads.push(
             std::thread::Builder::new()
@@ -983,9 +886,9 @@ mod tests {
         let mut w = bare_writer(&path);
         let (request, requests) = std::sync::mpsc::sync_channel(1);
         let (answers, rows) = std::sync::mpsc::channel();
-        w.set_compaction_reader(writer::CompactionReaderLink { request, rows });
+        w.set_compaction_reader(CompactionReaderLink { request, rows });
         let conn = schema::open_connection(&path, false).expect("compaction reader connection");
-        let reader = std::thread::spawn(move || writer::compaction_read_loop(conn, requests, answers));
+        let reader = std::thread::spawn(move || compaction::compaction_read_loop(conn, requests, answers));
         // /a: created then updated 5 times; /b: created, deleted, re-created; /c: created then
         // deleted; then two writes after the compacted revision.
         let (reqs, _r) = batch(vec![put("/a", "0"), put("/b", "0"), put("/c", "0")]);
@@ -1184,7 +1087,7 @@ mod tests {
         assert_eq!(page_size, schema::PAGE_SIZE);
     }
 
-    /// A bare writer linked to a checkpointer thread running [`writer::checkpoint_loop`], which
+    /// A bare writer linked to a checkpointer thread running [`checkpointer::checkpoint_loop`], which
     /// ends when the writer is dropped.
     fn writer_with_checkpointer(path: &Path, restart: WalRestart) -> (Writer, std::thread::JoinHandle<()>) {
         let mut w = bare_writer_with(path, restart);
@@ -1193,7 +1096,7 @@ mod tests {
         w.set_checkpointer(CheckpointerLink { wake, done });
         let conn = schema::open_connection(path, true).expect("checkpointer connection");
         let shared = w.shared.clone();
-        (w, std::thread::spawn(move || writer::checkpoint_loop(conn, wake_rx, done_tx, shared)))
+        (w, std::thread::spawn(move || checkpointer::checkpoint_loop(conn, wake_rx, done_tx, shared)))
     }
 
     fn wal_frames(path: &Path) -> i64 {
@@ -1257,7 +1160,7 @@ mod tests {
         let shared = w.shared.clone();
         let wal = std::fs::File::open(schema::wal_path(&path)).expect("wal");
         let sync_conn = schema::open_connection(&path, false).expect("syncer connection");
-        let syncer = std::thread::spawn(move || writer::sync_loop(wal, sync_conn, rx, shared));
+        let syncer = std::thread::spawn(move || syncer::sync_loop(wal, sync_conn, rx, shared));
         drop(w);
         syncer.join().expect("the syncer ends after the writer");
         assert!(matches!(replies[0].try_recv(), Ok(Ok(WriteOutcome::Put(2)))));

@@ -18,9 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, params};
 
-use crate::{Error, Result};
+use crate::{Error, Result, Revision};
 
 /// `PRAGMA application_id` of a skiff store: the bytes `skff`.
 pub(super) const APPLICATION_ID: i32 = 0x736b_6666;
@@ -75,6 +75,20 @@ pub fn configure_durable_connection(conn: &Connection) -> rusqlite::Result<()> {
         return Err(rusqlite::Error::InvalidQuery);
     }
     conn.pragma_update(None, "synchronous", "FULL")
+}
+
+/// The value of the history row at revision `?1`.
+pub(super) const VALUE_AT: &str = "SELECT value FROM kv WHERE rev = ?1";
+
+/// Reads `meta.name`.
+pub(super) fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> {
+    conn.prepare_cached("SELECT value FROM meta WHERE name = ?1")?.query_row([name], |r| r.get(0))
+}
+
+/// Sets `meta.name`.
+pub(super) fn set_meta(conn: &Connection, name: &str, value: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE meta SET value = ?2 WHERE name = ?1")?.execute(params![name, value])?;
+    Ok(())
 }
 
 pub(super) fn corrupt(path: &Path, reason: impl std::fmt::Display) -> Error {

@@ -225,10 +225,10 @@ pub fn pod_references(pod: &Value) -> Vec<(RefKind, String)> {
             push_name(&mut out, ConfigMap, &s["configMap"]["name"]);
         }
         push_name(&mut out, PersistentVolumeClaim, &v["persistentVolumeClaim"]["claimName"]);
-        if v["ephemeral"].is_object() {
-            if let Some(vol) = v["name"].as_str() {
-                out.push((PersistentVolumeClaim, format!("{pod_name}-{vol}")));
-            }
+        if v["ephemeral"].is_object()
+            && let Some(vol) = v["name"].as_str()
+        {
+            out.push((PersistentVolumeClaim, format!("{pod_name}-{vol}")));
         }
         push_name(&mut out, Secret, &v["azureFile"]["secretName"]);
         for plugin in ["cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleIO", "storageos"] {

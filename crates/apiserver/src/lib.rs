@@ -26,40 +26,17 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admission;
-pub mod admission_chain;
 pub mod auth;
-pub mod authn;
-pub mod batched_writes;
-pub mod bootstrap;
-pub mod convert;
-pub mod crd;
-pub mod discovery;
-pub mod flowcontrol;
-pub mod join;
-pub mod machinery;
-pub mod managedfields;
+pub mod controlplane;
+pub mod endpoints;
+pub mod filters;
 pub mod metrics;
-pub mod node_authz;
-pub mod nonresource;
-pub mod objects;
-pub mod openapi;
-mod openapi_v2_proto;
-pub mod patch;
 pub mod pki;
-pub mod protobuf;
-pub mod proxy;
 pub mod registry;
-pub mod rest;
-pub mod schema;
-pub mod security;
-pub mod streams;
-pub mod subresources;
-pub mod table;
-pub mod unread_body;
+pub mod resources;
+pub mod server;
+pub mod storage;
 pub mod util;
-pub mod virtual_resources;
-pub mod watch;
-pub mod watchcache;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -82,9 +59,9 @@ use tower::ServiceExt;
 
 use crate::auth::{Authenticator, CertificateAuthenticator, PeerIdentity};
 use crate::metrics::Metrics;
-use crate::objects::Objects;
-use crate::registry::{Registry, ResourceDef};
-use crate::watchcache::WatchCache;
+use crate::registry::store::Objects;
+use crate::resources::{Registry, ResourceDef};
+use crate::storage::watchcache::WatchCache;
 
 /// Events kept per resource for resuming watches.
 pub const WATCH_CACHE_EVENTS: usize = 4096;
@@ -114,7 +91,7 @@ pub struct AppState {
     /// TLS settings for calls to kubelets (`pods/log`).
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// Handlers of virtual resources and subresources by (group, resource, subresource).
-    pub virtuals: HashMap<(String, String, String), Arc<dyn virtual_resources::VirtualHandler>>,
+    pub virtuals: HashMap<(String, String, String), Arc<dyn registry::virtual_resources::VirtualHandler>>,
 }
 
 impl AppState {
@@ -145,9 +122,9 @@ pub struct Config {
     /// Authorizer (`None`: allow every authenticated request).
     pub authorizer: Option<Arc<dyn auth::Authorizer>>,
     /// Admission (`None`: admit everything).
-    pub admission: Option<Arc<dyn admission::Admission>>,
+    pub admission: Option<Arc<dyn admission::seam::Admission>>,
     /// Computed resources (access reviews, TokenRequest) and their handlers.
-    pub virtual_resources: Vec<virtual_resources::VirtualResource>,
+    pub virtual_resources: Vec<registry::virtual_resources::VirtualResource>,
     /// Enforce RBAC ([`security`]): creates the bootstrap policy, authorizes every request from
     /// the RBAC objects, honours `Impersonate-*` headers and serves the access reviews. Replaces
     /// `authorizer` and wraps `authenticator`.
@@ -159,7 +136,7 @@ pub struct Config {
     /// limit).
     pub max_mutating_requests_inflight: usize,
     /// Authentication flags and the admission plug-ins used when `rbac` is on.
-    pub security: security::SecurityOptions,
+    pub security: filters::authorization::SecurityOptions,
 }
 
 impl Config {
@@ -176,9 +153,9 @@ impl Config {
             admission: None,
             virtual_resources: Vec::new(),
             rbac: false,
-            max_requests_inflight: flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT,
-            max_mutating_requests_inflight: flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
-            security: security::SecurityOptions::default(),
+            max_requests_inflight: filters::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight: filters::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            security: filters::authorization::SecurityOptions::default(),
         }
     }
 }
@@ -226,14 +203,14 @@ pub fn tls_config(pki: &pki::Pki) -> Result<rustls::ServerConfig> {
 }
 
 async fn fallback(State(state): State<Arc<AppState>>, req: Request<axum::body::Body>) -> axum::response::Response {
-    rest::handle(state, req).await
+    endpoints::handlers::handle(state, req).await
 }
 
 async fn bootstrap_namespaces(state: &AppState) -> Result<()> {
     let def = state.registry.get("", "v1", "namespaces").context("namespaces are not registered")?.clone();
     for ns in SYSTEM_NAMESPACES {
         let obj = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        match state.objects.create(&def, "", obj, None, &objects::WriteOptions::default()).await {
+        match state.objects.create(&def, "", obj, None, &registry::store::WriteOptions::default()).await {
             Ok(_) => tracing::info!(namespace = ns, "created namespace"),
             Err(e) if e.code == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {ns}: {e}"),
@@ -248,7 +225,7 @@ impl ApiServer {
     /// [`ApiServer::wait_ready`] to wait for the caches.
     pub async fn start(mut config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
         let mut registry = Registry::default();
-        let security = if config.rbac { Some(security::install(&mut config)?) } else { None };
+        let security = if config.rbac { Some(filters::authorization::install(&mut config)?) } else { None };
         let mut sans = pki::host_sans();
         if !config.bind_address.is_unspecified() {
             sans.push(config.bind_address.to_string());
@@ -300,7 +277,7 @@ impl ApiServer {
             objects: Objects {
                 store: store.clone(),
                 metrics: metrics.clone(),
-                admission: config.admission.clone().unwrap_or_else(|| Arc::new(admission::AdmitAll)),
+                admission: config.admission.clone().unwrap_or_else(|| Arc::new(admission::seam::AdmitAll)),
                 namespaces: Default::default(),
             },
             caches,
@@ -309,15 +286,15 @@ impl ApiServer {
             server_address: format!("{client_host}:{}", local_addr.port()),
             authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
             authorizer: config.authorizer.clone().unwrap_or_else(|| Arc::new(auth::AlwaysAllow)),
-            kubelet_tls: Some(proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
+            kubelet_tls: Some(endpoints::proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
             virtuals,
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
         }
         bootstrap_namespaces(&state).await?;
-        bootstrap::priority_classes(&state).await?;
-        cache_tasks.push(tokio::spawn(crd::run(state.clone())));
+        controlplane::bootstrap::priority_classes(&state).await?;
+        cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state, &pki.ca.cert_pem).await?);
         }
@@ -325,14 +302,14 @@ impl ApiServer {
         let router = axum::Router::new()
             .fallback(fallback)
             .with_state(state.clone())
-            .merge(join::router(&config.data_dir, &pki)?);
-        let limits = Arc::new(flowcontrol::MaxInFlight::new(
+            .merge(controlplane::join::router(&config.data_dir, &pki)?);
+        let limits = Arc::new(filters::flowcontrol::MaxInFlight::new(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
             state.metrics.clone(),
         ));
-        let router = router.layer(axum::middleware::from_fn_with_state(limits, flowcontrol::max_in_flight));
-        let router = router.layer(axum::middleware::from_fn(unread_body::drain_unread_request_body));
+        let router = router.layer(axum::middleware::from_fn_with_state(limits, filters::flowcontrol::max_in_flight));
+        let router = router.layer(axum::middleware::from_fn(server::unread_body::drain_unread_request_body));
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
         Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })
@@ -434,7 +411,7 @@ async fn serve(
             );
             // HTTP/2: the frames of all streams woken by one event leave in one TLS write.
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-            let io = batched_writes::BatchedIo::new(tls, h2);
+            let io = server::batched_writes::BatchedIo::new(tls, h2);
             let svc = router.map_request(move |mut req: Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(identity.clone());
                 req

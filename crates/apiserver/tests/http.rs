@@ -619,10 +619,10 @@ async fn discovery_version_table_and_anonymous_access() {
 struct LabelAndDeny;
 
 #[async_trait::async_trait]
-impl skiff_apiserver::admission::Admission for LabelAndDeny {
+impl skiff_apiserver::admission::seam::Admission for LabelAndDeny {
     async fn mutate(
         &self,
-        a: &skiff_apiserver::admission::Attributes<'_>,
+        a: &skiff_apiserver::admission::seam::Attributes<'_>,
         obj: &mut Value,
     ) -> Result<(), skiff_apimachinery::ApiError> {
         if a.def.resource == "configmaps" {
@@ -634,7 +634,7 @@ impl skiff_apiserver::admission::Admission for LabelAndDeny {
 
     async fn validate(
         &self,
-        a: &skiff_apiserver::admission::Attributes<'_>,
+        a: &skiff_apiserver::admission::seam::Attributes<'_>,
         _obj: &Value,
     ) -> Result<(), skiff_apimachinery::ApiError> {
         if a.name == "forbidden" {
@@ -731,10 +731,10 @@ async fn pod_logs_are_fetched_from_the_pods_kubelet() {
 struct Allow;
 
 #[async_trait::async_trait]
-impl skiff_apiserver::virtual_resources::VirtualHandler for Allow {
+impl skiff_apiserver::registry::virtual_resources::VirtualHandler for Allow {
     async fn create(
         &self,
-        req: &skiff_apiserver::virtual_resources::VirtualRequest<'_>,
+        req: &skiff_apiserver::registry::virtual_resources::VirtualRequest<'_>,
         mut body: Value,
     ) -> Result<Value, skiff_apimachinery::ApiError> {
         body["status"] =
@@ -745,16 +745,16 @@ impl skiff_apiserver::virtual_resources::VirtualHandler for Allow {
 
 #[tokio::test]
 async fn virtual_resources_are_answered_by_their_handlers() {
-    let review = skiff_apiserver::virtual_resources::standard_defs().into_iter().next().unwrap();
-    let sa = skiff_apiserver::registry::builtin().into_iter().find(|d| d.resource == "serviceaccounts").unwrap();
+    let review = skiff_apiserver::registry::virtual_resources::standard_defs().into_iter().next().unwrap();
+    let sa = skiff_apiserver::resources::builtin().into_iter().find(|d| d.resource == "serviceaccounts").unwrap();
     let h = start_with(|c| {
         c.virtual_resources = vec![
-            skiff_apiserver::virtual_resources::VirtualResource {
+            skiff_apiserver::registry::virtual_resources::VirtualResource {
                 def: review,
                 subresource: None,
                 handler: Arc::new(Allow),
             },
-            skiff_apiserver::virtual_resources::VirtualResource {
+            skiff_apiserver::registry::virtual_resources::VirtualResource {
                 def: sa,
                 subresource: Some("token"),
                 handler: Arc::new(Allow),

@@ -4,7 +4,7 @@
 //! 1. Credentials: with `--token` (the server's `DATA_DIR/token`), the agent fetches the
 //!    server's CA, checks it against the hash in the token, and exchanges the token for a node
 //!    client certificate (`CN=system:node:<name>, O=system:nodes`; see
-//!    [`skiff_apiserver::join`]). Its key, certificate and the CA are kept under
+//!    [`skiff_apiserver::controlplane::join`]). Its key, certificate and the CA are kept under
 //!    `DATA_DIR/agent/` (`client-kubelet.key`, `client-kubelet.crt`, `server-ca.crt`, names as in
 //!    k3s) with a kubeconfig `DATA_DIR/agent/kubelet.kubeconfig`, and reused on restart.
 //! 2. The node: [`skiff_kubelet::run_agent`] (a kubelet on a managed containerd or
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use skiff_apiserver::join::{self, NodeCredentials};
+use skiff_apiserver::controlplane::join::{self, NodeCredentials};
 use skiff_auth::authn::node_join::JoinToken;
 
 /// Flags of `skiff agent` (names as k3s users know them).

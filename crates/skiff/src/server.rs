@@ -50,11 +50,11 @@ pub struct ServerArgs {
     pub etcd_compaction_interval: Duration,
     /// Read-only requests the API server serves at once; beyond that it answers 429 (watches
     /// and other long-running requests excluded; 0: no limit). kube-apiserver's flag.
-    #[arg(long, default_value_t = skiff_apiserver::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    #[arg(long, default_value_t = skiff_apiserver::filters::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT)]
     pub max_requests_inflight: usize,
     /// Mutating requests the API server serves at once; beyond that it answers 429 (0: no
     /// limit). kube-apiserver's flag.
-    #[arg(long, default_value_t = skiff_apiserver::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    #[arg(long, default_value_t = skiff_apiserver::filters::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     pub max_mutating_requests_inflight: usize,
     /// CA bundle (PEM) that signed the etcd servers' certificates, for `https://` endpoints
     /// (kube-apiserver's flag).
@@ -265,8 +265,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.security.authn.service_account_issuer = args.service_account_issuer.clone();
     config.security.authn.api_audiences = args.api_audiences.clone();
     config.security.authorization_mode =
-        skiff_apiserver::security::AuthorizationMode::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?;
-    config.security.enabled_admission_plugins = skiff_apiserver::admission_chain::enabled_plugins(
+        skiff_apiserver::filters::authorization::AuthorizationMode::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?;
+    config.security.enabled_admission_plugins = skiff_apiserver::admission::chain::enabled_plugins(
         &args.enable_admission_plugins,
         &args.disable_admission_plugins,
     )
@@ -280,7 +280,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     eprintln!(
         "to join another machine: skiff agent --server https://<this host>:{} --token-file <copy of {}>",
         api.local_addr().port(),
-        skiff_apiserver::join::token_path(&data_dir).display()
+        skiff_apiserver::controlplane::join::token_path(&data_dir).display()
     );
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

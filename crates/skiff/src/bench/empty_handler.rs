@@ -2,7 +2,7 @@
 //! HTTPS server built like `skiff server`'s own serve path — rustls with the cluster's ECDSA
 //! serving certificate and client-certificate verification against its CA, ALPN `h2` and
 //! `http/1.1`, hyper-util's auto builder with upgrades behind
-//! [`skiff_apiserver::batched_writes::BatchedIo`], an axum router, on the same tokio runtime
+//! [`skiff_apiserver::server::batched_writes::BatchedIo`], an axum router, on the same tokio runtime
 //! as `skiff server` (the binary's multi-threaded runtime: one worker per CPU) — whose handler
 //! does nothing: every request but `GET /readyz` is answered `201 Created` with the same JSON
 //! body (a stored pod, so a client decodes what it would decode from the real server).
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use skiff_apiserver::batched_writes::BatchedIo;
+use skiff_apiserver::server::batched_writes::BatchedIo;
 use skiff_apiserver::pki::Pki;
 
 /// Flags of `skiff bench empty-handler`.

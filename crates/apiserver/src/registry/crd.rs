@@ -1,0 +1,1033 @@
+//! Serving custom resources from CustomResourceDefinitions (apiextensions.k8s.io/v1).
+//!
+//! The counterpart of kube-apiserver's apiextensions-apiserver
+//! (<https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/>):
+//!
+//! - [`run`] is the CRD controller: it follows the CRD watch cache, registers one
+//!   [`ResourceDef`] per served version (with a watch cache per CRD, shared by its versions),
+//!   sets `status.acceptedNames` and the `NamesAccepted`/`Established` conditions, and on
+//!   deletion removes every object of the CRD before dropping the
+//!   `customresourcecleanup.apiextensions.k8s.io` finalizer the delete added.
+//! - [`CustomResource`] carries what the generic registry needs per version: the structural
+//!   schema for pruning, defaulting and validation ([`CustomResource::prune_and_default`],
+//!   [`CustomResource::validate`]), `additionalPrinterColumns` for Tables
+//!   ([`CustomResource::table_columns`]), and the scale subresource's paths.
+//!
+//! Objects are stored under `/registry/<group>/<plural>/` like Kubernetes; every version is
+//! served from the same objects with `apiVersion` rewritten (conversion strategy `None`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use skiff_apimachinery::ApiError;
+use skiff_apimachinery::status::Cause;
+use skiff_store::RangeRequest;
+
+use crate::AppState;
+use crate::registry::store::WriteOptions;
+use crate::resources::{ALL_VERBS, ResourceDef, Subresource};
+use crate::util::meta_str;
+use crate::storage::watchcache::{CacheMsg, Recv, WatchCache};
+
+/// The finalizer a CRD delete adds; the controller removes it once the CRD's objects are gone.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+/// One `additionalPrinterColumns` entry (`apiextensions.v1.CustomResourceColumnDefinition`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// OpenAPI type: integer, number, string, boolean or date.
+    pub type_: String,
+    /// OpenAPI format.
+    pub format: String,
+    /// Description.
+    pub description: String,
+    /// 0 = shown by default; > 0 = `-o wide` only.
+    pub priority: i64,
+    /// Simple JSONPath evaluated against each object (`.spec.replicas`).
+    pub json_path: String,
+}
+
+/// The scale subresource's paths (`subresources.scale`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath`, e.g. `.spec.replicas`.
+    pub spec_replicas: String,
+    /// `statusReplicasPath`, e.g. `.status.replicas`.
+    pub status_replicas: String,
+    /// `labelSelectorPath` (a string field holding a serialized selector), if any.
+    pub label_selector: Option<String>,
+}
+
+/// What the generic registry needs to serve one version of a CRD.
+pub struct CustomResource {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd_name: String,
+    /// The version objects are stored in (`storage: true`).
+    pub storage_version: String,
+    /// `schema.openAPIV3Schema` of this version, if any.
+    pub schema: Option<Value>,
+    /// `spec.preserveUnknownFields`: no pruning at all.
+    pub preserve_unknown_fields: bool,
+    /// `additionalPrinterColumns` of this version.
+    pub printer_columns: Vec<PrinterColumn>,
+    /// `subresources.scale`, if declared.
+    pub scale: Option<ScalePaths>,
+    /// The watch cache of the CRD's objects.
+    pub cache: Arc<WatchCache>,
+}
+
+impl PartialEq for CustomResource {
+    fn eq(&self, o: &Self) -> bool {
+        self.crd_name == o.crd_name
+            && self.storage_version == o.storage_version
+            && self.schema == o.schema
+            && self.preserve_unknown_fields == o.preserve_unknown_fields
+            && self.printer_columns == o.printer_columns
+            && self.scale == o.scale
+            && Arc::ptr_eq(&self.cache, &o.cache)
+    }
+}
+
+impl Eq for CustomResource {}
+
+impl std::fmt::Debug for CustomResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomResource")
+            .field("crd_name", &self.crd_name)
+            .field("storage_version", &self.storage_version)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Interns a string for the `&'static str` fields of a [`ResourceDef`]; each distinct string is
+/// leaked once.
+pub fn intern(s: &str) -> &'static str {
+    static STRINGS: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
+    let Ok(mut set) = STRINGS.lock() else { return Box::leak(s.to_string().into_boxed_str()) };
+    if let Some(found) = set.get(s) {
+        return found;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    set.insert(leaked);
+    leaked
+}
+
+fn intern_list(v: Option<&Value>) -> &'static [&'static str] {
+    let items: Vec<&'static str> = v
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(intern).collect())
+        .unwrap_or_default();
+    if items.is_empty() { &[] } else { Box::leak(items.into_boxed_slice()) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSONPath (the subset printer columns and scale paths use).
+
+#[derive(Debug, PartialEq)]
+enum Step {
+    Field(String),
+    Index(usize),
+    All,
+    Filter(String, String),
+}
+
+fn parse_path(path: &str) -> Option<Vec<Step>> {
+    let p = path.trim();
+    let p = p.strip_prefix('{').and_then(|x| x.strip_suffix('}')).unwrap_or(p);
+    let p = p.strip_prefix('$').unwrap_or(p);
+    let b = p.as_bytes();
+    let mut steps = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'.' => {
+                let start = i + 1;
+                let mut j = start;
+                while j < b.len() && b[j] != b'.' && b[j] != b'[' {
+                    j += 1;
+                }
+                if j > start {
+                    steps.push(Step::Field(p[start..j].to_string()));
+                }
+                i = j;
+            }
+            b'[' => {
+                let close = p[i..].find(']')? + i;
+                let inner = p[i + 1..close].trim();
+                if inner == "*" {
+                    steps.push(Step::All);
+                } else if let Ok(n) = inner.parse::<usize>() {
+                    steps.push(Step::Index(n));
+                } else if let Some(f) = inner.strip_prefix("?(@.").and_then(|x| x.strip_suffix(')')) {
+                    let (k, v) = f.split_once("==")?;
+                    let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+                    steps.push(Step::Filter(k.trim().to_string(), v.to_string()));
+                } else {
+                    steps.push(Step::Field(inner.trim_matches(|c| c == '"' || c == '\'').to_string()));
+                }
+                i = close + 1;
+            }
+            _ => return None,
+        }
+    }
+    Some(steps)
+}
+
+/// Evaluates a simple JSONPath (`.a.b`, `[0]`, `[*]`, `[?(@.type=="Ready")]`) against `obj`:
+/// every match, in order.
+pub fn json_path(obj: &Value, path: &str) -> Vec<Value> {
+    let Some(steps) = parse_path(path) else { return Vec::new() };
+    let mut cur = vec![obj.clone()];
+    for step in &steps {
+        let mut next = Vec::new();
+        for v in cur {
+            match step {
+                Step::Field(f) => {
+                    if let Some(x) = v.get(f) {
+                        next.push(x.clone());
+                    }
+                }
+                Step::Index(n) => {
+                    if let Some(x) = v.get(*n) {
+                        next.push(x.clone());
+                    }
+                }
+                Step::All => match v {
+                    Value::Array(a) => next.extend(a),
+                    Value::Object(m) => next.extend(m.into_iter().map(|(_, x)| x)),
+                    _ => {}
+                },
+                Step::Filter(k, want) => {
+                    if let Value::Array(a) = v {
+                        for x in a {
+                            let matches = match x.get(k) {
+                                Some(Value::String(s)) => s == want,
+                                Some(other) if !other.is_null() => {
+                                    serde_json::from_str::<Value>(want).ok().as_ref() == Some(other)
+                                }
+                                _ => false,
+                            };
+                            if matches {
+                                next.push(x);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        cur = next;
+    }
+    cur
+}
+
+/// Sets the field at a dotted path (`.spec.replicas`), creating objects on the way.
+pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let fields: Vec<&str> = path.trim_start_matches('.').split('.').filter(|s| !s.is_empty()).collect();
+    let keys: Vec<&str> = fields.to_vec();
+    crate::util::set_in(obj, &keys, value);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema: pruning, defaulting, validation.
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+}
+
+fn truthy(schema: &Value, key: &str) -> bool {
+    schema.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Removes fields the schema does not know (recording their paths in `unknown`) and fills
+/// `default`s, as the apiextensions-apiserver's structural pruning and defaulting do.
+fn prune(v: &mut Value, schema: &Value, path: &str, unknown: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
+            let embedded = truthy(schema, "x-kubernetes-embedded-resource");
+            if let Some(props) = props {
+                for (k, s) in props {
+                    if !map.contains_key(k)
+                        && let Some(d) = s.get("default")
+                    {
+                        map.insert(k.clone(), d.clone());
+                    }
+                }
+            }
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for k in keys {
+                let p = join(path, &k);
+                if embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                if let Some(s) = props.and_then(|p| p.get(&k)) {
+                    if let Some(x) = map.get_mut(&k) {
+                        prune(x, s, &p, unknown);
+                    }
+                } else if let Some(s) = additional.filter(|a| a.is_object()) {
+                    if let Some(x) = map.get_mut(&k) {
+                        prune(x, s, &p, unknown);
+                    }
+                } else if !preserve && additional.and_then(Value::as_bool) != Some(true) {
+                    map.remove(&k);
+                    unknown.push(p);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, x) in items.iter_mut().enumerate() {
+                    prune(x, s, &format!("{path}[{i}]"), unknown);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn invalid(causes: &mut Vec<Cause>, path: &str, value: &Value, detail: String) {
+    let shown = match value {
+        Value::Object(_) => "\"object\"".to_string(),
+        Value::Array(_) => "\"array\"".to_string(),
+        other => other.to_string(),
+    };
+    causes.push(Cause {
+        reason: "FieldValueInvalid".into(),
+        message: format!("Invalid value: {shown}: {detail}"),
+        field: path.to_string(),
+    });
+}
+
+fn check(v: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
+    if v.is_null() {
+        if !truthy(schema, "nullable") && schema.get("type").is_some() {
+            invalid(
+                causes,
+                path,
+                v,
+                format!("{path} in body must be of type {}: \"null\"", schema["type"].as_str().unwrap_or("")),
+            );
+        }
+        return;
+    }
+    let int_or_string = truthy(schema, "x-kubernetes-int-or-string");
+    if let Some(want) = schema.get("type").and_then(Value::as_str) {
+        let got = type_name(v);
+        let ok = got == want || (want == "number" && got == "integer") || (int_or_string && got == "string");
+        if !ok {
+            invalid(causes, path, v, format!("{path} in body must be of type {want}: \"{got}\""));
+            return;
+        }
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(v)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        causes.push(Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!("Unsupported value: {v}: supported values: {}", list.join(", ")),
+            field: path.to_string(),
+        });
+    }
+    if let Some(n) = v.as_f64() {
+        if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+            && n < min
+        {
+            invalid(causes, path, v, format!("{path} in body should be greater than or equal to {min}"));
+        }
+        if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+            && n > max
+        {
+            invalid(causes, path, v, format!("{path} in body should be less than or equal to {max}"));
+        }
+    }
+    if let Some(s) = v.as_str() {
+        let len = s.chars().count() as u64;
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+            && len < min
+        {
+            invalid(causes, path, v, format!("{path} in body should be at least {min} chars long"));
+        }
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && len > max
+        {
+            causes.push(Cause {
+                reason: "FieldValueTooLong".into(),
+                message: format!("Too long: may not be more than {max} bytes"),
+                field: path.to_string(),
+            });
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            for r in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(r) = r.as_str()
+                    && !map.contains_key(r)
+                {
+                    causes.push(Cause {
+                        reason: "FieldValueRequired".into(),
+                        message: "Required value".into(),
+                        field: join(path, r),
+                    });
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            for (k, x) in map {
+                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                if let Some(s) = props.and_then(|p| p.get(k)) {
+                    check(x, s, &join(path, k), causes);
+                } else if let Some(s) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                    check(x, s, &join(path, k), causes);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max
+            {
+                causes.push(Cause {
+                    reason: "FieldValueTooMany".into(),
+                    message: format!("Too many: {}: must have at most {max} items", items.len()),
+                    field: path.to_string(),
+                });
+            }
+            if let Some(s) = schema.get("items") {
+                for (i, x) in items.iter().enumerate() {
+                    check(x, s, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+impl CustomResource {
+    /// Prunes unknown fields (unless `preserveUnknownFields`) and applies schema defaults.
+    /// Returns the paths of the pruned fields (for `fieldValidation` Strict/Warn).
+    pub fn prune_and_default(&self, obj: &mut Value) -> Vec<String> {
+        let mut unknown = Vec::new();
+        let Some(schema) = &self.schema else { return unknown };
+        if self.preserve_unknown_fields {
+            return unknown;
+        }
+        let Value::Object(map) = obj else { return unknown };
+        let props = schema.get("properties").and_then(Value::as_object);
+        let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
+        let keys: Vec<String> = map.keys().cloned().collect();
+        for k in keys {
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            match props.and_then(|p| p.get(&k)) {
+                Some(s) => {
+                    if let Some(x) = map.get_mut(&k) {
+                        prune(x, s, &k, &mut unknown);
+                    }
+                }
+                None if preserve => {}
+                None => {
+                    map.remove(&k);
+                    unknown.push(k);
+                }
+            }
+        }
+        if let Some(props) = props {
+            for (k, s) in props {
+                if !map.contains_key(k)
+                    && let Some(d) = s.get("default")
+                {
+                    map.insert(k.clone(), d.clone());
+                }
+            }
+        }
+        unknown
+    }
+
+    /// Validates an object against the schema (type, required, enum, bounds) plus ObjectMeta:
+    /// the causes of a 422.
+    pub fn validate(&self, def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+        let mut causes = skiff_apimachinery::validation::validate_metadata(obj, def.namespaced, old);
+        if let Some(schema) = &self.schema {
+            check(obj, schema, "", &mut causes);
+        }
+        causes
+    }
+
+    /// Table column definitions: NAME plus the printer columns, or NAME and AGE when the CRD
+    /// declares none.
+    pub fn table_columns(&self) -> Vec<Value> {
+        let name = json!({"name": "Name", "type": "string", "format": "name", "priority": 0,
+            "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"});
+        let mut cols = vec![name];
+        for c in self.effective_columns() {
+            cols.push(json!({"name": c.name, "type": c.type_, "format": c.format,
+                "description": c.description, "priority": c.priority}));
+        }
+        cols
+    }
+
+    fn effective_columns(&self) -> Vec<PrinterColumn> {
+        if !self.printer_columns.is_empty() {
+            return self.printer_columns.clone();
+        }
+        vec![PrinterColumn {
+            name: "Age".into(),
+            type_: "date".into(),
+            format: String::new(),
+            description: "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp".into(),
+            priority: 0,
+            json_path: ".metadata.creationTimestamp".into(),
+        }]
+    }
+
+    /// The cells of one row, matching [`CustomResource::table_columns`]. `date` columns show
+    /// the age, as Kubernetes' table convertor does.
+    pub fn table_cells(&self, obj: &Value, now: std::time::SystemTime) -> Vec<Value> {
+        let mut cells = vec![json!(meta_str(obj, "name"))];
+        for c in self.effective_columns() {
+            let found = json_path(obj, &c.json_path);
+            let cell = match found.first() {
+                None => Value::Null,
+                Some(v) if c.type_ == "date" => {
+                    json!(skiff_apimachinery::table::age_since(Some(v), now))
+                }
+                Some(v) if found.len() == 1 => match (c.type_.as_str(), v) {
+                    ("string", Value::String(_)) | ("integer" | "number", Value::Number(_)) => v.clone(),
+                    ("boolean", Value::Bool(_)) => v.clone(),
+                    ("string", Value::Object(_) | Value::Array(_)) => json!(v.to_string()),
+                    ("string", other) => json!(other.to_string()),
+                    (_, other) => other.clone(),
+                },
+                Some(_) => {
+                    let parts: Vec<String> =
+                        found.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+                    json!(parts.join(","))
+                }
+            };
+            cells.push(cell);
+        }
+        cells
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// From a CRD to resource definitions.
+
+/// The resource definitions a CRD's served versions get (empty when it names nothing usable).
+pub fn defs_for(crd: &Value, cache: &Arc<WatchCache>, storage: &'static str) -> Vec<ResourceDef> {
+    let spec = &crd["spec"];
+    let names = &spec["names"];
+    let group = spec["group"].as_str().unwrap_or("");
+    let plural = names["plural"].as_str().unwrap_or("");
+    let kind = names["kind"].as_str().unwrap_or("");
+    if group.is_empty() || plural.is_empty() || kind.is_empty() {
+        return Vec::new();
+    }
+    let singular = names["singular"].as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let singular = singular.unwrap_or_else(|| kind.to_ascii_lowercase());
+    let crd_name = meta_str(crd, "name").to_string();
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    let storage_version = versions
+        .iter()
+        .find(|v| v["storage"].as_bool() == Some(true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let preserve = spec["preserveUnknownFields"].as_bool().unwrap_or(false);
+    let mut out = Vec::new();
+    for v in &versions {
+        if v["served"].as_bool() != Some(true) {
+            continue;
+        }
+        let Some(version) = v["name"].as_str() else { continue };
+        let subs = &v["subresources"];
+        let mut subresources = Vec::new();
+        let scale = subs.get("scale").filter(|s| s.is_object()).map(|s| ScalePaths {
+            spec_replicas: s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_string(),
+            status_replicas: s["statusReplicasPath"].as_str().unwrap_or(".status.replicas").to_string(),
+            label_selector: s["labelSelectorPath"].as_str().map(str::to_string),
+        });
+        if subs.get("status").is_some_and(Value::is_object) {
+            subresources.push(Subresource {
+                name: "status",
+                group: "",
+                version: "",
+                kind: intern(kind),
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        if scale.is_some() {
+            subresources.push(Subresource {
+                name: "scale",
+                group: "autoscaling",
+                version: "v1",
+                kind: "Scale",
+                verbs: &["get", "patch", "update"],
+            });
+        }
+        let printer_columns = v["additionalPrinterColumns"]
+            .as_array()
+            .map(|cols| {
+                cols.iter()
+                    .map(|c| PrinterColumn {
+                        name: c["name"].as_str().unwrap_or("").to_string(),
+                        type_: c["type"].as_str().unwrap_or("string").to_string(),
+                        format: c["format"].as_str().unwrap_or("").to_string(),
+                        description: c["description"].as_str().unwrap_or("").to_string(),
+                        priority: c["priority"].as_i64().unwrap_or(0),
+                        json_path: c["jsonPath"].as_str().unwrap_or("").to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let custom: &'static CustomResource = Box::leak(Box::new(CustomResource {
+            crd_name: crd_name.clone(),
+            storage_version: storage_version.clone(),
+            schema: v["schema"].get("openAPIV3Schema").cloned(),
+            preserve_unknown_fields: preserve,
+            printer_columns,
+            scale,
+            cache: cache.clone(),
+        }));
+        out.push(ResourceDef {
+            group: intern(group),
+            version: intern(version),
+            resource: intern(plural),
+            singular: intern(&singular),
+            kind: intern(kind),
+            namespaced: spec["scope"].as_str() != Some("Cluster"),
+            short_names: intern_list(names.get("shortNames")),
+            categories: intern_list(names.get("categories")),
+            verbs: ALL_VERBS,
+            subresources: if subresources.is_empty() { &[] } else { Box::leak(subresources.into_boxed_slice()) },
+            storage,
+            generation: true,
+            create_on_update: false,
+            custom: Some(custom),
+        });
+    }
+    out
+}
+
+/// `status.acceptedNames` of a CRD: its names with Kubernetes' defaults filled in.
+fn accepted_names(crd: &Value) -> Value {
+    let mut names = crd["spec"]["names"].clone();
+    let kind = names["kind"].as_str().unwrap_or("").to_string();
+    if let Some(m) = names.as_object_mut() {
+        if m.get("singular").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("singular".into(), json!(kind.to_ascii_lowercase()));
+        }
+        if m.get("listKind").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("listKind".into(), json!(format!("{kind}List")));
+        }
+    }
+    names
+}
+
+fn condition(ty: &str, status: &str, reason: &str, message: &str, old: &Value) -> Value {
+    let previous = old["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == ty && c["status"] == status))
+        .and_then(|c| c.get("lastTransitionTime").cloned());
+    json!({"type": ty, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": previous.unwrap_or_else(|| json!(crate::util::now()))})
+}
+
+/// The status the controller wants for `crd`, given whether its names conflict.
+fn desired_status(crd: &Value, conflict: Option<String>) -> Value {
+    let mut status = crd["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    let conditions = match &conflict {
+        None => vec![
+            condition("NamesAccepted", "True", "NoConflicts", "no conflicts found", crd),
+            condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted", crd),
+        ],
+        Some(msg) => vec![
+            condition("NamesAccepted", "False", "NameConflict", msg, crd),
+            condition("Established", "False", "NotAccepted", "not all names are accepted", crd),
+        ],
+    };
+    status["conditions"] = json!(conditions);
+    status["acceptedNames"] = if conflict.is_none() { accepted_names(crd) } else { json!({"plural": "", "kind": ""}) };
+    let mut stored: Vec<Value> = status["storedVersions"].as_array().cloned().unwrap_or_default();
+    if conflict.is_none()
+        && let Some(v) = crd["spec"]["versions"]
+            .as_array()
+            .and_then(|vs| vs.iter().find(|v| v["storage"].as_bool() == Some(true)))
+            .and_then(|v| v["name"].as_str())
+        && !stored.iter().any(|s| s == v)
+    {
+        stored.push(json!(v));
+    }
+    status["storedVersions"] = json!(stored);
+    status
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller.
+
+struct Served {
+    storage: &'static str,
+    cache: Arc<WatchCache>,
+    task: tokio::task::AbortHandle,
+}
+
+/// Deletes every object stored under `prefix` (the CRD's objects), finalizers or not.
+async fn delete_all(state: &AppState, prefix: &str) -> Result<(), ApiError> {
+    let store = &state.objects.store;
+    loop {
+        let req = RangeRequest { prefix: prefix.to_string(), start_after: None, limit: 500, revision: 0 };
+        let resp = store.range(req).await.map_err(|e| ApiError::internal(e.to_string()))?;
+        if resp.kvs.is_empty() {
+            return Ok(());
+        }
+        for kv in resp.kvs {
+            match store.delete(&kv.key, None).await {
+                Ok(_) | Err(skiff_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(ApiError::internal(e.to_string())),
+            }
+        }
+    }
+}
+
+/// The CRD controller: serves, establishes and cleans up CustomResourceDefinitions until the
+/// CRD watch cache closes. Started by [`crate::ApiServer::start`].
+pub async fn run(state: Arc<AppState>) {
+    let Some(crd_def) = state.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions").cloned() else {
+        return;
+    };
+    let Ok(cache) = state.cache(&crd_def).cloned() else { return };
+    let mut served: HashMap<String, Served> = HashMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    while !cache.is_ready() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    loop {
+        let snap = cache.snapshot(&crd_def.prefix());
+        let mut sub = snap.subscription;
+        let mut retry = false;
+        if let Err(e) = reconcile(&state, &crd_def, &snap.objects, &mut served, &mut tasks).await {
+            tracing::warn!(error = %e, "reconciling CustomResourceDefinitions");
+            retry = true;
+        }
+        if retry {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        loop {
+            match sub.recv().await {
+                Recv::Msg(CacheMsg::Progress(_)) => continue,
+                Recv::Closed => return,
+                _ => break,
+            }
+        }
+    }
+}
+
+async fn reconcile(
+    state: &Arc<AppState>,
+    crd_def: &ResourceDef,
+    crds: &[Arc<Value>],
+    served: &mut HashMap<String, Served>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) -> Result<(), ApiError> {
+    let mut seen = HashSet::new();
+    for crd in crds {
+        let name = meta_str(crd, "name").to_string();
+        seen.insert(name.clone());
+        let group = crd["spec"]["group"].as_str().unwrap_or("").to_string();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("").to_string();
+        let storage = intern(&format!("{group}/{plural}"));
+        if crd["metadata"]["deletionTimestamp"].is_string() {
+            state.registry.set_custom(&name, Vec::new());
+            delete_all(state, &storage_prefix(&group, &plural)).await?;
+            let has_finalizer =
+                crd["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|x| x == CLEANUP_FINALIZER));
+            if has_finalizer {
+                let opts = WriteOptions::default();
+                let r = state
+                    .objects
+                    .update(crd_def, "", &name, None, &opts, None, |old| {
+                        let mut new = old.cloned().ok_or_else(|| ApiError::not_found("", "", &name))?;
+                        if let Some(f) = new["metadata"]["finalizers"].as_array_mut() {
+                            f.retain(|x| x != CLEANUP_FINALIZER);
+                        }
+                        Ok(new)
+                    })
+                    .await;
+                match r {
+                    Ok(_) => {}
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            continue;
+        }
+        let conflict = builtin_conflict(state, &group, &plural);
+        if conflict.is_none() {
+            let entry = match served.remove(&name) {
+                Some(s) if s.storage == storage => s,
+                old => {
+                    if let Some(o) = old {
+                        o.task.abort();
+                    }
+                    let cache = WatchCache::new(
+                        format!("/registry/{storage}/"),
+                        crate::WATCH_CACHE_EVENTS,
+                        crate::WATCHER_BACKLOG,
+                    );
+                    let task = tasks.spawn(cache.clone().run(state.objects.store.clone()));
+                    Served { storage, cache, task }
+                }
+            };
+            state.registry.set_custom(&name, defs_for(crd, &entry.cache, storage));
+            served.insert(name.clone(), entry);
+        }
+        let status = desired_status(crd, conflict);
+        if !same_status(&crd["status"], &status) {
+            let opts = WriteOptions::default();
+            let r = state
+                .objects
+                .update(crd_def, "", &name, Some("status"), &opts, None, |old| {
+                    let mut new = old.cloned().ok_or_else(|| ApiError::not_found("", "", &name))?;
+                    new["status"] = status.clone();
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove("resourceVersion");
+                    }
+                    Ok(new)
+                })
+                .await;
+            match r {
+                Ok(_) => {}
+                Err(e) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let gone: Vec<String> = served.keys().filter(|n| !seen.contains(*n)).cloned().collect();
+    for name in gone {
+        state.registry.set_custom(&name, Vec::new());
+        if let Some(s) = served.remove(&name) {
+            s.task.abort();
+            delete_all(state, &format!("/registry/{}/", s.storage)).await?;
+        }
+    }
+    Ok(())
+}
+
+fn strip_times(status: &Value) -> Value {
+    let mut s = status.clone();
+    if let Some(cs) = s["conditions"].as_array_mut() {
+        for c in cs {
+            if let Some(m) = c.as_object_mut() {
+                m.remove("lastTransitionTime");
+            }
+        }
+    }
+    s
+}
+
+fn same_status(a: &Value, b: &Value) -> bool {
+    strip_times(a) == strip_times(b)
+}
+
+fn builtin_conflict(state: &AppState, group: &str, plural: &str) -> Option<String> {
+    let clash = state.registry.all().iter().any(|d| d.group == group && d.resource == plural);
+    clash.then(|| format!("\"{plural}\" is already in use by a built-in resource of group {group:?}"))
+}
+
+/// The store prefix of a CRD's objects: `/registry/<group>/<plural>/`, as in Kubernetes.
+pub fn storage_prefix(group: &str, plural: &str) -> String {
+    format!("/registry/{group}/{plural}/")
+}
+
+/// Converts a stored custom object to the version `def` serves (`apiVersion` only: the
+/// conversion strategy `None`).
+pub fn to_version(def: &ResourceDef, mut obj: Value) -> Value {
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(def.api_version()));
+    }
+    obj
+}
+
+/// Converts an object of `def`'s version to the storage version.
+pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
+    if let Some(cr) = def.custom
+        && !cr.storage_version.is_empty()
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.insert("apiVersion".into(), Value::String(format!("{}/{}", def.group, cr.storage_version)));
+    }
+    obj
+}
+
+/// The autoscaling/v1 Scale of a custom object.
+pub fn scale_of(def: &ResourceDef, paths: &ScalePaths, obj: &Value) -> Value {
+    let meta = &obj["metadata"];
+    let spec = json_path(obj, &paths.spec_replicas).first().and_then(Value::as_i64).unwrap_or(0);
+    let status = json_path(obj, &paths.status_replicas).first().and_then(Value::as_i64).unwrap_or(0);
+    let mut scale = json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": {"replicas": spec},
+        "status": {"replicas": status},
+    });
+    if let Some(p) = &paths.label_selector
+        && let Some(sel) = json_path(obj, p).first().and_then(Value::as_str)
+    {
+        scale["status"]["selector"] = json!(sel);
+    }
+    if !def.namespaced
+        && let Some(m) = scale["metadata"].as_object_mut()
+    {
+        m.remove("namespace");
+    }
+    scale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widget_crd() -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {
+                "group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.size"}},
+                    "additionalPrinterColumns": [
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                        {"name": "Color", "type": "string", "jsonPath": ".spec.color", "priority": 1},
+                    ],
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "required": ["size"], "properties": {
+                            "size": {"type": "integer", "minimum": 0},
+                            "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                            "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        }},
+                        "status": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                    }}},
+                }],
+            },
+        })
+    }
+
+    fn widget_def() -> ResourceDef {
+        let cache = WatchCache::new("/registry/example.com/widgets/".into(), 16, 16);
+        defs_for(&widget_crd(), &cache, "example.com/widgets").remove(0)
+    }
+
+    #[test]
+    fn a_crd_version_becomes_a_resource_with_its_names_and_subresources() {
+        let d = widget_def();
+        assert_eq!(
+            (d.group, d.version, d.resource, d.kind, d.singular),
+            ("example.com", "v1", "widgets", "Widget", "widget")
+        );
+        assert_eq!(d.short_names, &["wd"]);
+        assert!(d.has_status());
+        assert!(d.subresource("scale").is_some());
+        assert_eq!(d.key("ns", "a"), "/registry/example.com/widgets/ns/a");
+    }
+
+    #[test]
+    fn unknown_fields_are_pruned_and_defaults_filled() {
+        let d = widget_def();
+        let cr = d.custom.unwrap();
+        let mut obj = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"},
+            "spec": {"size": 1, "bogus": true, "extra": {"anything": 1}}, "top": 1});
+        let unknown = cr.prune_and_default(&mut obj);
+        assert_eq!(unknown, vec!["spec.bogus", "top"]);
+        assert_eq!(obj["spec"]["color"], "red");
+        assert_eq!(obj["spec"]["extra"]["anything"], 1);
+        assert!(obj.get("top").is_none());
+    }
+
+    #[test]
+    fn wrong_types_and_missing_required_fields_are_invalid() {
+        let d = widget_def();
+        let cr = d.custom.unwrap();
+        let obj = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"},
+            "spec": {"color": "green"}});
+        let causes = cr.validate(&d, &obj, None);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert!(fields.contains(&"spec.size"), "{causes:?}");
+        assert!(fields.contains(&"spec.color"), "{causes:?}");
+        let obj = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"},
+            "spec": {"size": "three"}});
+        let causes = cr.validate(&d, &obj, None);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert!(causes[0].message.contains("must be of type integer"));
+    }
+
+    #[test]
+    fn printer_columns_read_json_paths() {
+        let d = widget_def();
+        let cr = d.custom.unwrap();
+        let obj = json!({"metadata": {"name": "w"}, "spec": {"size": 3, "color": "blue"}});
+        let cols = cr.table_columns();
+        assert_eq!(cols.len(), 3);
+        assert_eq!(cols[2]["priority"], 1);
+        assert_eq!(cr.table_cells(&obj, std::time::SystemTime::now()), vec![json!("w"), json!(3), json!("blue")]);
+    }
+
+    #[test]
+    fn json_path_filters_select_conditions() {
+        let obj =
+            json!({"status": {"conditions": [{"type": "A", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(json_path(&obj, r#".status.conditions[?(@.type=="Ready")].status"#), vec![json!("True")]);
+        assert_eq!(json_path(&obj, ".status.conditions[0].type"), vec![json!("A")]);
+        assert!(json_path(&obj, ".spec.missing").is_empty());
+    }
+
+    #[test]
+    fn status_is_established_with_defaulted_accepted_names() {
+        let s = desired_status(&widget_crd(), None);
+        assert_eq!(s["acceptedNames"]["singular"], "widget");
+        assert_eq!(s["acceptedNames"]["listKind"], "WidgetList");
+        assert_eq!(s["storedVersions"], json!(["v1"]));
+        let est = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Established").unwrap();
+        assert_eq!(est["status"], "True");
+    }
+
+    #[test]
+    fn scale_reads_the_declared_paths() {
+        let d = widget_def();
+        let paths = d.custom.unwrap().scale.clone().unwrap();
+        let obj =
+            json!({"metadata": {"name": "w", "namespace": "default"}, "spec": {"size": 4}, "status": {"size": 2}});
+        let s = scale_of(&d, &paths, &obj);
+        assert_eq!(s["spec"]["replicas"], 4);
+        assert_eq!(s["status"]["replicas"], 2);
+    }
+}

@@ -1,0 +1,14 @@
+//! The registry (k8s.io/apiserver `pkg/registry`): Kubernetes object semantics over the
+//! store. [`store`] is the generic store (`genericregistry.Store`); conversion, defaulting,
+//! typed decoding, validation and field ownership are its helpers; [`crd`] serves custom
+//! resources; [`subresources`] and [`virtual_resources`] are the REST storages that are not
+//! plain objects.
+
+pub mod convert;
+pub mod crd;
+pub mod machinery;
+pub mod managedfields;
+pub mod schema;
+pub mod store;
+pub mod subresources;
+pub mod virtual_resources;

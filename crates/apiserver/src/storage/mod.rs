@@ -1,0 +1,4 @@
+//! Storage between the registry and the store (k8s.io/apiserver `pkg/storage`): the watch
+//! caches ([`watchcache`], the `Cacher`).
+
+pub mod watchcache;

@@ -41,7 +41,7 @@ pub mod util;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -101,6 +101,23 @@ impl AppState {
             return Ok(&custom.cache);
         }
         self.caches.get(def.storage).ok_or_else(|| ApiError::internal(format!("no watch cache for {}", def.resource)))
+    }
+}
+
+/// Where the request handlers' state will be once the server is built (handlers are created
+/// before [`AppState`]; it is set once in [`filters::authorization::Installed::start`]).
+#[derive(Clone, Default)]
+pub struct StateSlot(Arc<OnceLock<Weak<AppState>>>);
+
+impl StateSlot {
+    /// Sets the state (only the first call has an effect).
+    pub fn set(&self, state: &Arc<AppState>) {
+        let _ = self.0.set(Arc::downgrade(state));
+    }
+
+    /// The state, if set and still alive.
+    pub fn get(&self) -> Option<Arc<AppState>> {
+        self.0.get().and_then(Weak::upgrade)
     }
 }
 
@@ -286,7 +303,10 @@ impl ApiServer {
             server_address: format!("{client_host}:{}", local_addr.port()),
             authenticator: config.authenticator.clone().unwrap_or_else(|| Arc::new(CertificateAuthenticator)),
             authorizer: config.authorizer.clone().unwrap_or_else(|| Arc::new(auth::AlwaysAllow)),
-            kubelet_tls: Some(endpoints::proxy::kubelet_client_tls(&pki.kubelet_client.cert_pem, &pki.kubelet_client.key_pem)?),
+            kubelet_tls: Some(endpoints::proxy::kubelet_client_tls(
+                &pki.kubelet_client.cert_pem,
+                &pki.kubelet_client.key_pem,
+            )?),
             virtuals,
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {

@@ -7,6 +7,79 @@
 
 use std::sync::{Arc, RwLock};
 
+use serde_json::Value;
+
+use crate::storage::watchcache::WatchCache;
+
+/// One `additionalPrinterColumns` entry (`apiextensions.v1.CustomResourceColumnDefinition`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// OpenAPI type: integer, number, string, boolean or date.
+    pub type_: String,
+    /// OpenAPI format.
+    pub format: String,
+    /// Description.
+    pub description: String,
+    /// 0 = shown by default; > 0 = `-o wide` only.
+    pub priority: i64,
+    /// Simple JSONPath evaluated against each object (`.spec.replicas`).
+    pub json_path: String,
+}
+
+/// The scale subresource's paths (`subresources.scale`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath`, e.g. `.spec.replicas`.
+    pub spec_replicas: String,
+    /// `statusReplicasPath`, e.g. `.status.replicas`.
+    pub status_replicas: String,
+    /// `labelSelectorPath` (a string field holding a serialized selector), if any.
+    pub label_selector: Option<String>,
+}
+
+/// What the generic registry needs to serve one version of a CRD.
+pub struct CustomResource {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd_name: String,
+    /// The version objects are stored in (`storage: true`).
+    pub storage_version: String,
+    /// `schema.openAPIV3Schema` of this version, if any.
+    pub schema: Option<Value>,
+    /// `spec.preserveUnknownFields`: no pruning at all.
+    pub preserve_unknown_fields: bool,
+    /// `additionalPrinterColumns` of this version.
+    pub printer_columns: Vec<PrinterColumn>,
+    /// `subresources.scale`, if declared.
+    pub scale: Option<ScalePaths>,
+    /// The watch cache of the CRD's objects.
+    pub cache: Arc<WatchCache>,
+}
+
+impl PartialEq for CustomResource {
+    fn eq(&self, o: &Self) -> bool {
+        self.crd_name == o.crd_name
+            && self.storage_version == o.storage_version
+            && self.schema == o.schema
+            && self.preserve_unknown_fields == o.preserve_unknown_fields
+            && self.printer_columns == o.printer_columns
+            && self.scale == o.scale
+            && Arc::ptr_eq(&self.cache, &o.cache)
+    }
+}
+
+impl Eq for CustomResource {}
+
+impl std::fmt::Debug for CustomResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomResource")
+            .field("crd_name", &self.crd_name)
+            .field("storage_version", &self.storage_version)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The verbs every stored resource supports.
 pub const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 
@@ -57,7 +130,7 @@ pub struct ResourceDef {
     pub create_on_update: bool,
     /// For a resource served from a CustomResourceDefinition: its schema, printer columns,
     /// scale paths and watch cache ([`crate::registry::crd`]); `None` for built-in types.
-    pub custom: Option<&'static crate::registry::crd::CustomResource>,
+    pub custom: Option<&'static CustomResource>,
 }
 
 impl ResourceDef {

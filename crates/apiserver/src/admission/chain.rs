@@ -40,9 +40,10 @@ use skiff_auth::UserInfo;
 use skiff_auth::rbac::RbacAuthorizer;
 
 use crate::AppState;
+use crate::StateSlot;
 use crate::admission::seam::{Admission, Attributes, Operation};
-use crate::filters::authentication::{StateSlot, cache_get, cache_get_shared, cache_objects};
 use crate::resources::ResourceDef;
+use crate::storage::listers::{cache_get, cache_get_shared, cache_objects};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv};
 
 /// How long a pod create waits for a missing service account to appear.

@@ -28,8 +28,8 @@ use skiff_apimachinery::ApiError;
 use crate::pki::write_private;
 use skiff_auth::authn::node_join::{self, JoinToken, NodeJoinRequest, NodeJoinResponse};
 
-use crate::pki::Pki;
 use crate::endpoints::handlers::{error_response, json_response};
+use crate::pki::Pki;
 
 /// File name of the join token under the data directory.
 pub const TOKEN_FILE: &str = "token";

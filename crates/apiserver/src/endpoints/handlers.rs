@@ -17,14 +17,14 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
+use crate::AppState;
 use crate::auth::{Attributes, PeerIdentity, RequestUser, is_public_path};
+use crate::endpoints::discovery;
+use crate::endpoints::table::{IncludeObject, partial_metadata, to_table};
 use crate::registry::machinery::Selectors;
 use crate::registry::store::{DeleteOptions, FieldValidation, ListOptions, WriteOptions, parse_rv};
 use crate::resources::ResourceDef;
-use crate::endpoints::table::{IncludeObject, partial_metadata, to_table};
 use crate::util::{meta_str, set_in};
-use crate::AppState;
-use crate::endpoints::discovery;
 
 /// The largest request body accepted: 3 MiB, kube-apiserver's `--max-request-bytes` default for
 /// JSON bodies.
@@ -303,7 +303,10 @@ fn write_options(q: &Query, user: &Option<RequestUser>, headers: &HeaderMap) -> 
         dry_run: dry_run(q)?,
         field_validation: FieldValidation::parse(q.get("fieldValidation").map(String::as_str))?,
         user: user.clone(),
-        field_manager: crate::registry::managedfields::manager_for_update(q.get("fieldManager").map(String::as_str), user_agent),
+        field_manager: crate::registry::managedfields::manager_for_update(
+            q.get("fieldManager").map(String::as_str),
+            user_agent,
+        ),
     })
 }
 
@@ -573,7 +576,8 @@ async fn dispatch(
             let bytes = read_body(body).await?;
             let (scale, _) = decode_object(&parts.headers, &bytes)?;
             let opts = write_options(q, &user, &parts.headers)?;
-            let w = crate::registry::subresources::update_scale(state, def, ns, name, &opts, |_| Ok(scale.clone())).await?;
+            let w =
+                crate::registry::subresources::update_scale(state, def, ns, name, &opts, |_| Ok(scale.clone())).await?;
             Ok(json_response(StatusCode::OK, &w))
         }
         ("patch", _) => {

@@ -44,8 +44,8 @@ use skiff_apimachinery::ApiError;
 use skiff_apimachinery::patch::{ListMerge, SchemaNode};
 
 use crate::AppState;
-use crate::resources::{Registry, ResourceDef};
 use crate::endpoints::handlers::{error_response, json_response};
+use crate::resources::{Registry, ResourceDef};
 
 /// The hash of a group-version document without custom resources (fixed per build).
 const HASH: &str = concat!("skiff-", env!("CARGO_PKG_VERSION"));
@@ -1085,7 +1085,8 @@ mod tests {
         registry.set_custom("widgets.example.com", Vec::new());
         let json: Value = serde_json::from_slice(&body(serve_v2(&registry, &accept("application/json")))).unwrap();
         assert!(json["definitions"].get("com.example.v1.Widget").is_none());
-        let proto = crate::endpoints::openapi_v2_proto::decode(&body(serve_v2(&registry, &accept(V2_PROTOBUF)))).unwrap();
+        let proto =
+            crate::endpoints::openapi_v2_proto::decode(&body(serve_v2(&registry, &accept(V2_PROTOBUF)))).unwrap();
         assert!(!proto.definitions.unwrap().additional_properties.iter().any(|d| d.name == "com.example.v1.Widget"));
     }
 

@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
+use crate::endpoints::handlers::{Output, Query, json_response, render_object};
 use crate::registry::machinery;
 use crate::registry::managedfields;
 use crate::registry::store::WriteOptions;
 use crate::resources::ResourceDef;
-use crate::endpoints::handlers::{Output, Query, json_response, render_object};
 use crate::util::meta_str;
 
 /// The patch formats skiff understands.

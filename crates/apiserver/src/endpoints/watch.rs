@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
+use crate::endpoints::handlers::{Output, Query, list_options, render_object};
 use crate::registry::machinery::Selectors;
 use crate::registry::store::parse_rv;
 use crate::resources::ResourceDef;
-use crate::endpoints::handlers::{Output, Query, list_options, render_object};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv, Subscription};
 
 fn line(kind: &str, object: &Value) -> Bytes {

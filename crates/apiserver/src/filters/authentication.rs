@@ -18,7 +18,7 @@
 //! (`authentication.k8s.io/v1`).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
@@ -32,9 +32,10 @@ use skiff_auth::authn::{
     Authenticator as _, AuthnRequest, BearerTokenAuthenticator, TokenAuthenticator, add_authenticated_group,
 };
 
-use crate::AppState;
+use crate::StateSlot;
 use crate::auth::{Authenticator, CertificateAuthenticator, PeerIdentity, RequestUser};
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
+use crate::storage::listers::cache_get;
 
 /// Authentication settings of the API server (kube-apiserver's flags of the same names).
 #[derive(Debug, Clone)]
@@ -62,50 +63,6 @@ impl Default for AuthnOptions {
             max_token_expiration_seconds: None,
         }
     }
-}
-
-/// Where the request handlers' state will be once the server is built (handlers are created
-/// before [`AppState`]; it is set once in [`crate::filters::authorization::Installed::start`]).
-#[derive(Clone, Default)]
-pub struct StateSlot(Arc<OnceLock<Weak<AppState>>>);
-
-impl StateSlot {
-    /// Sets the state (only the first call has an effect).
-    pub fn set(&self, state: &Arc<AppState>) {
-        let _ = self.0.set(Arc::downgrade(state));
-    }
-
-    /// The state, if set and still alive.
-    pub fn get(&self) -> Option<Arc<AppState>> {
-        self.0.get().and_then(Weak::upgrade)
-    }
-}
-
-/// The objects of one watch cache under `prefix` (a namespace prefix or an exact key).
-pub(crate) fn cache_objects(state: &AppState, storage: &str, prefix_tail: &str) -> Vec<Arc<Value>> {
-    let Some(cache) = state.caches.get(storage) else { return Vec::new() };
-    cache.snapshot(&format!("/registry/{storage}/{prefix_tail}")).objects
-}
-
-/// One object from a watch cache (`ns` empty for cluster-scoped objects).
-pub(crate) fn cache_get(state: &AppState, storage: &str, ns: &str, name: &str) -> Option<Value> {
-    cache_get_shared(state, storage, ns, name).map(|o| (*o).clone())
-}
-
-/// One object from a watch cache, shared with the cache (not copied).
-pub(crate) fn cache_get_shared(state: &AppState, storage: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
-    let cache = state.caches.get(storage)?;
-    // One key lookup: no snapshot of the prefix (nor a subscription to it) per call.
-    let mut key = String::with_capacity(11 + storage.len() + ns.len() + name.len());
-    key.push_str("/registry/");
-    key.push_str(storage);
-    key.push('/');
-    if !ns.is_empty() {
-        key.push_str(ns);
-        key.push('/');
-    }
-    key.push_str(name);
-    cache.get(&key)
 }
 
 /// `--service-account-lookup`: token validation checks the service account and bound objects

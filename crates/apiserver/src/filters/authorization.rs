@@ -17,9 +17,9 @@ use skiff_auth::authn::impersonation;
 use skiff_auth::rbac::reviews::{self, AccessReviewKind};
 use skiff_auth::rbac::{self, RbacAuthorizer, RbacKind};
 
+use crate::StateSlot;
 use crate::admission::chain::ChainAdmission;
 use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
-use crate::filters::authentication::StateSlot;
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv, WatchCache};
 

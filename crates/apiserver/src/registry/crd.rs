@@ -27,81 +27,12 @@ use skiff_store::RangeRequest;
 
 use crate::AppState;
 use crate::registry::store::WriteOptions;
-use crate::resources::{ALL_VERBS, ResourceDef, Subresource};
-use crate::util::meta_str;
+use crate::resources::{ALL_VERBS, CustomResource, PrinterColumn, ResourceDef, ScalePaths, Subresource};
 use crate::storage::watchcache::{CacheMsg, Recv, WatchCache};
+use crate::util::meta_str;
 
 /// The finalizer a CRD delete adds; the controller removes it once the CRD's objects are gone.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
-
-/// One `additionalPrinterColumns` entry (`apiextensions.v1.CustomResourceColumnDefinition`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrinterColumn {
-    /// Column header.
-    pub name: String,
-    /// OpenAPI type: integer, number, string, boolean or date.
-    pub type_: String,
-    /// OpenAPI format.
-    pub format: String,
-    /// Description.
-    pub description: String,
-    /// 0 = shown by default; > 0 = `-o wide` only.
-    pub priority: i64,
-    /// Simple JSONPath evaluated against each object (`.spec.replicas`).
-    pub json_path: String,
-}
-
-/// The scale subresource's paths (`subresources.scale`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScalePaths {
-    /// `specReplicasPath`, e.g. `.spec.replicas`.
-    pub spec_replicas: String,
-    /// `statusReplicasPath`, e.g. `.status.replicas`.
-    pub status_replicas: String,
-    /// `labelSelectorPath` (a string field holding a serialized selector), if any.
-    pub label_selector: Option<String>,
-}
-
-/// What the generic registry needs to serve one version of a CRD.
-pub struct CustomResource {
-    /// The CRD's name (`<plural>.<group>`).
-    pub crd_name: String,
-    /// The version objects are stored in (`storage: true`).
-    pub storage_version: String,
-    /// `schema.openAPIV3Schema` of this version, if any.
-    pub schema: Option<Value>,
-    /// `spec.preserveUnknownFields`: no pruning at all.
-    pub preserve_unknown_fields: bool,
-    /// `additionalPrinterColumns` of this version.
-    pub printer_columns: Vec<PrinterColumn>,
-    /// `subresources.scale`, if declared.
-    pub scale: Option<ScalePaths>,
-    /// The watch cache of the CRD's objects.
-    pub cache: Arc<WatchCache>,
-}
-
-impl PartialEq for CustomResource {
-    fn eq(&self, o: &Self) -> bool {
-        self.crd_name == o.crd_name
-            && self.storage_version == o.storage_version
-            && self.schema == o.schema
-            && self.preserve_unknown_fields == o.preserve_unknown_fields
-            && self.printer_columns == o.printer_columns
-            && self.scale == o.scale
-            && Arc::ptr_eq(&self.cache, &o.cache)
-    }
-}
-
-impl Eq for CustomResource {}
-
-impl std::fmt::Debug for CustomResource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CustomResource")
-            .field("crd_name", &self.crd_name)
-            .field("storage_version", &self.storage_version)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Interns a string for the `&'static str` fields of a [`ResourceDef`]; each distinct string is
 /// leaked once.

@@ -17,11 +17,11 @@ use skiff_store::{Backend, RangeRequest, Revision};
 
 use crate::admission::seam::{self, Admission, Operation};
 use crate::auth::RequestUser;
+use crate::metrics::Metrics;
 use crate::registry::convert;
 use crate::registry::machinery::{self, Selectors};
-use crate::metrics::Metrics;
-use crate::resources::ResourceDef;
 use crate::registry::schema;
+use crate::resources::ResourceDef;
 use crate::util::{meta_mut, meta_str, set_in, set_resource_version};
 
 /// Namespaces that can never be deleted (kube-apiserver's NamespaceLifecycle immortal set).

@@ -220,7 +220,7 @@ pub fn tls_config(pki: &pki::Pki) -> Result<rustls::ServerConfig> {
 }
 
 async fn fallback(State(state): State<Arc<AppState>>, req: Request<axum::body::Body>) -> axum::response::Response {
-    endpoints::handlers::handle(state, req).await
+    server::handler::handle(state, req).await
 }
 
 async fn bootstrap_namespaces(state: &AppState) -> Result<()> {

@@ -28,7 +28,7 @@ use skiff_apimachinery::ApiError;
 use crate::pki::write_private;
 use skiff_auth::authn::node_join::{self, JoinToken, NodeJoinRequest, NodeJoinResponse};
 
-use crate::endpoints::handlers::{error_response, json_response};
+use crate::endpoints::responsewriters::{error_response, json_response};
 use crate::pki::Pki;
 
 /// File name of the join token under the data directory.

@@ -2,8 +2,14 @@
 //! discovery (`apidiscovery.k8s.io/v2`), generated from the [`Registry`]
 //! (<https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api>).
 
+use std::collections::HashMap;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
 use serde_json::{Value, json};
 
+use crate::AppState;
+use crate::endpoints::responsewriters::json_response;
 use crate::resources::{Registry, ResourceDef};
 
 /// The media type of aggregated discovery responses.
@@ -166,4 +172,39 @@ mod tests {
         let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap();
         assert_eq!(scale["responseKind"]["group"], "autoscaling");
     }
+}
+
+/// `/api` and `/apis` discovery, plain or aggregated per `Accept`.
+pub fn discovery_response(state: &AppState, headers: &HeaderMap, core: bool) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    // The first media range the server can produce wins (client-go lists v2, v2beta1, then
+    // plain JSON).
+    let mut wants_aggregated = false;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let mime = parts.next().unwrap_or("");
+        let params: HashMap<&str, &str> = parts.filter_map(|p| p.split_once('=')).collect();
+        if mime != "application/json" && mime != "*/*" {
+            continue;
+        }
+        match (params.get("as"), params.get("g"), params.get("v")) {
+            (Some(&"APIGroupDiscoveryList"), Some(&"apidiscovery.k8s.io"), Some(&"v2")) => {
+                wants_aggregated = true;
+                break;
+            }
+            (None, _, _) => break,
+            _ => continue,
+        }
+    }
+    if wants_aggregated {
+        let body = aggregated(&state.registry, core);
+        let mut resp = json_response(StatusCode::OK, &body);
+        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(AGGREGATED_V2));
+        resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+        return resp;
+    }
+    let body = if core { api_versions(&state.server_address) } else { api_group_list(&state.registry) };
+    let mut resp = json_response(StatusCode::OK, &body);
+    resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+    resp
 }

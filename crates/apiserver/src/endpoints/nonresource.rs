@@ -8,7 +8,9 @@ use serde_json::json;
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
-use crate::endpoints::handlers::{Query, discovery_response, error_response, json_response};
+use crate::endpoints::discovery::discovery_response;
+use crate::endpoints::request::Query;
+use crate::endpoints::responsewriters::{error_response, json_response};
 
 /// The Kubernetes version skiff implements.
 pub const GIT_VERSION: &str = "v1.33.0+skiff";

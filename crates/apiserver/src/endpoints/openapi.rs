@@ -44,7 +44,7 @@ use skiff_apimachinery::ApiError;
 use skiff_apimachinery::patch::{ListMerge, SchemaNode};
 
 use crate::AppState;
-use crate::endpoints::handlers::{error_response, json_response};
+use crate::endpoints::responsewriters::{error_response, json_response};
 use crate::resources::{Registry, ResourceDef};
 
 /// The hash of a group-version document without custom resources (fixed per build).

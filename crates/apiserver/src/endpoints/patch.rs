@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
-use crate::endpoints::handlers::{Output, Query, json_response, render_object};
+use crate::endpoints::negotiation::{Output, render_object};
+use crate::endpoints::request::Query;
+use crate::endpoints::responsewriters::json_response;
 use crate::registry::machinery;
 use crate::registry::managedfields;
 use crate::registry::store::WriteOptions;

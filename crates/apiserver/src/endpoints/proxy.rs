@@ -24,7 +24,7 @@ use serde_json::Value;
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
-use crate::endpoints::handlers::Query;
+use crate::endpoints::request::Query;
 
 /// The log query parameters forwarded to the kubelet (`PodLogOptions`).
 const LOG_PARAMS: &[&str] =

@@ -19,7 +19,7 @@ use skiff_apimachinery::ApiError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::AppState;
-use crate::endpoints::handlers::Query;
+use crate::endpoints::request::Query;
 
 /// Request headers that carry the upgrade negotiation to the kubelet.
 const UPGRADE_HEADERS: &[&str] = &[

@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 
 use crate::AppState;
-use crate::endpoints::handlers::{Output, Query, list_options, render_object};
+use crate::endpoints::negotiation::{Output, render_object};
+use crate::endpoints::request::{Query, list_options};
 use crate::registry::machinery::Selectors;
 use crate::registry::store::parse_rv;
 use crate::resources::ResourceDef;

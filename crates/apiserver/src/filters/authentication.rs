@@ -5,7 +5,7 @@
 //! 1. the verified X.509 client certificate of the TLS connection (CN → user, O → groups);
 //! 2. `Authorization: Bearer` tokens: the static token file (`--token-auth-file`, CSV
 //!    `token,user,uid,"group1,group2"`), then service-account JWTs (ES256) signed by this server;
-//! 3. no credential at all: anonymous, which [`crate::endpoints::handlers`] lets through only to `/healthz`,
+//! 3. no credential at all: anonymous, which [`authenticate`] lets through only to `/healthz`,
 //!    `/livez`, `/readyz` and `/version` (`--anonymous-auth=true`, skiff's default); with
 //!    `--anonymous-auth=false` every request without a credential is 401.
 //!
@@ -32,10 +32,10 @@ use skiff_auth::authn::{
     Authenticator as _, AuthnRequest, BearerTokenAuthenticator, TokenAuthenticator, add_authenticated_group,
 };
 
-use crate::StateSlot;
-use crate::auth::{Authenticator, CertificateAuthenticator, PeerIdentity, RequestUser};
+use crate::auth::{Authenticator, CertificateAuthenticator, PeerIdentity, RequestUser, is_public_path};
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
 use crate::storage::listers::cache_get;
+use crate::{AppState, StateSlot};
 
 /// Authentication settings of the API server (kube-apiserver's flags of the same names).
 #[derive(Debug, Clone)]
@@ -270,6 +270,27 @@ impl VirtualHandler for TokenReviewHandler {
         let outcome = self.bearer.authenticate(&req).map_err(|e| e.to_string());
         Ok(token_review(&body, outcome))
     }
+}
+
+/// The authentication filter (`WithAuthentication`): who sent the request, `None` for
+/// anonymous. An anonymous request outside the public paths ([`is_public_path`]) is refused with
+/// 401 (and counted in the request metrics); a credential that does not verify is refused by the
+/// authenticator.
+///
+/// # Errors
+/// 401 Unauthorized as above.
+pub fn authenticate(
+    state: &AppState,
+    parts: &axum::http::request::Parts,
+    path: &str,
+) -> Result<Option<RequestUser>, ApiError> {
+    let peer = parts.extensions.get::<PeerIdentity>().cloned().unwrap_or_default();
+    let user = state.authenticator.authenticate_request(parts, &peer)?;
+    if user.is_none() && !is_public_path(path) {
+        state.metrics.observe_request("", "", "", "", 401, None);
+        return Err(ApiError::unauthorized());
+    }
+    Ok(user)
 }
 
 #[cfg(test)]

@@ -17,11 +17,12 @@ use skiff_auth::authn::impersonation;
 use skiff_auth::rbac::reviews::{self, AccessReviewKind};
 use skiff_auth::rbac::{self, RbacAuthorizer, RbacKind};
 
-use crate::StateSlot;
 use crate::admission::chain::ChainAdmission;
 use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
+use crate::endpoints::request::{Query, RequestInfo, single_name_selector};
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv, WatchCache};
+use crate::{AppState, StateSlot};
 
 /// The RBAC storage segments (`ResourceDef::storage`) and their kinds.
 const RBAC_RESOURCES: [(&str, RbacKind); 4] = [
@@ -443,6 +444,56 @@ fn kind_name(kind: RbacKind) -> &'static str {
         RbacKind::ClusterRole => "ClusterRole",
         RbacKind::ClusterRoleBinding => "ClusterRoleBinding",
     }
+}
+
+/// The authorization filter (`WithAuthorization`): asks the configured authorizer whether
+/// `user` may make the request, a resource request (`info`) or a non-resource one (the path).
+/// As kube-apiserver's RequestInfo, a list or watch of one object by
+/// `fieldSelector=metadata.name=x` is authorized as a request on "x".
+///
+/// # Errors
+/// 403 Forbidden when the authorizer denies.
+pub fn authorize(
+    state: &AppState,
+    user: &RequestUser,
+    method: &axum::http::Method,
+    path: &str,
+    q: &Query,
+    info: Option<&RequestInfo>,
+) -> Result<(), ApiError> {
+    let Some(info) = info else {
+        let attrs = Attributes {
+            verb: method.as_str().to_ascii_lowercase(),
+            group: String::new(),
+            version: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            path: path.to_string(),
+            resource_request: false,
+            field_selector: String::new(),
+        };
+        return state.authorizer.authorize(user, &attrs);
+    };
+    let field_selector = q.get("fieldSelector").cloned().unwrap_or_default();
+    let mut name = info.name.clone();
+    if name.is_empty() && matches!(info.verb, "list" | "watch") {
+        name = single_name_selector(&field_selector).unwrap_or_default();
+    }
+    let attrs = Attributes {
+        verb: info.verb.to_string(),
+        group: info.def.group.to_string(),
+        version: info.def.version.to_string(),
+        resource: info.def.resource.to_string(),
+        subresource: info.subresource.clone(),
+        namespace: info.namespace.clone(),
+        name,
+        path: path.to_string(),
+        resource_request: true,
+        field_selector,
+    };
+    state.authorizer.authorize(user, &attrs)
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ pub async fn max_in_flight(State(limits): State<Arc<MaxInFlight>>, req: Request<
                 return next.run(req).await;
             }
             limits.metrics.observe_dropped(kind.label());
-            crate::endpoints::handlers::error_response(&ApiError::too_many_requests(
+            crate::endpoints::responsewriters::error_response(&ApiError::too_many_requests(
                 "Too many requests, please try again later.",
                 RETRY_AFTER_SECONDS,
             ))

@@ -4,7 +4,7 @@
 //! (`PrepareForCreate`/`PrepareForUpdate`): uid, creationTimestamp, generation, generateName,
 //! resourceVersion = store `mod_revision` (set on read, never stored), optimistic concurrency,
 //! finalizers and graceful deletion, namespace lifecycle, the status/spec split, defaulting,
-//! validation and strict field validation. The HTTP layer ([`crate::endpoints::handlers`]) only parses requests
+//! validation and strict field validation. The HTTP layer ([`crate::endpoints`]) only parses requests
 //! and renders answers; everything that decides what is stored is here.
 
 use std::sync::Arc;

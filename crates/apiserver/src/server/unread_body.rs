@@ -24,9 +24,9 @@ use hyper::body::{Frame, SizeHint};
 use parking_lot::Mutex;
 
 /// How much of a body left unread is read and thrown away before the answer: four times the
-/// API's own body limit (`rest::MAX_BODY_BYTES`), so that any request that was refused for its
+/// API's own body limit (`endpoints::request::MAX_BODY_BYTES`), so that any request that was refused for its
 /// size still gets its answer cleanly.
-pub const DRAIN_LIMIT_BYTES: usize = 4 * crate::endpoints::handlers::MAX_BODY_BYTES;
+pub const DRAIN_LIMIT_BYTES: usize = 4 * crate::endpoints::request::MAX_BODY_BYTES;
 
 /// Where a request body that was dropped unread waits for the response to be sent.
 type Parking = Arc<Mutex<Option<Body>>>;

@@ -1,0 +1,74 @@
+//! The handler chain every API request goes through, in kube-apiserver's order
+//! (`DefaultBuildHandlerChain` in k8s.io/apiserver `pkg/server/config.go`; max-in-flight runs
+//! before it as a router layer, see [`crate::filters::flowcontrol`]): authentication
+//! ([`crate::filters::authentication::authenticate`]), request info
+//! ([`crate::endpoints::request::parse_resource_path`]), authorization
+//! ([`crate::filters::authorization::authorize`]), then the resource handlers
+//! ([`crate::endpoints::handlers::dispatch`]) or the non-resource endpoints, and the request
+//! metrics.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::Request;
+use axum::response::Response;
+
+use crate::AppState;
+use crate::endpoints::handlers::dispatch;
+use crate::endpoints::request::{parse_query, parse_resource_path};
+use crate::endpoints::responsewriters::error_response;
+use crate::filters::{authentication, authorization};
+
+/// The entry point for every request: authentication, request info, authorization, the
+/// handlers, metrics.
+pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
+    let start = Instant::now();
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let user = match authentication::authenticate(&state, &parts, &path) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e),
+    };
+    let q = match parse_query(&parts.uri) {
+        Ok(q) => q,
+        Err(e) => return error_response(&e),
+    };
+    let info = match parse_resource_path(&state, &parts.method, &path, &q) {
+        Ok(i) => i,
+        Err(e) => return error_response(&e),
+    };
+    if let Some(user) = &user
+        && let Err(e) = authorization::authorize(&state, user, &parts.method, &path, &q, info.as_ref())
+    {
+        return error_response(&e);
+    }
+    let Some(info) = info else {
+        return crate::endpoints::nonresource::handle(&state, &parts, &path, &q).await;
+    };
+    let verb = info.verb;
+    let resp = match dispatch(&state, &parts, body, &q, &info, user).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    let metric_verb = match verb {
+        "get" => "GET",
+        "list" => "LIST",
+        "watch" => "WATCH",
+        "create" => "POST",
+        "update" => "PUT",
+        "patch" => "PATCH",
+        "delete" => "DELETE",
+        _ => "DELETECOLLECTION",
+    };
+    let secs = if verb == "watch" { None } else { Some(start.elapsed().as_secs_f64()) };
+    state.metrics.observe_request(
+        metric_verb,
+        info.def.group,
+        info.def.resource,
+        &info.subresource,
+        resp.status().as_u16(),
+        secs,
+    );
+    resp
+}

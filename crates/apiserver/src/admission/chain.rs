@@ -13,7 +13,7 @@
 //! ResourceQuota usage is kept right two ways, as in Kubernetes: admission-time accounting
 //! (a create is charged to every matching quota and the quotas' `status.used` is written with
 //! compare-and-swap *before* the object is persisted; a conflict re-reads the quota and
-//! charges again), and a quota controller ([`run_quota_controller`]) that recomputes
+//! charges again), and a quota controller ([`crate::admission::resourcequota::run_quota_controller`]) that recomputes
 //! `status.hard`/`status.used` from the watch caches whenever a quota or a counted object
 //! changes (so deletes release usage and new quotas get their first status).
 //!
@@ -43,7 +43,7 @@ use crate::AppState;
 use crate::StateSlot;
 use crate::admission::seam::{Admission, Attributes, Operation};
 use crate::resources::ResourceDef;
-use crate::storage::listers::{cache_get, cache_get_shared, cache_objects};
+use crate::storage::listers::{cache_get_shared, cache_objects};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv};
 
 /// How long a pod create waits for a missing service account to appear.
@@ -596,189 +596,6 @@ fn apply_webhook(webhooks: &WebhookAdmission, kind: &str, obj: &Value) {
     }
 }
 
-/// Whether the quota resource name `key` counts objects of `group`/`resource`.
-fn counts(key: &str, group: &str, resource: &str) -> bool {
-    let count_key = if group.is_empty() { format!("count/{resource}") } else { format!("count/{resource}.{group}") };
-    if key == count_key {
-        return true;
-    }
-    if !group.is_empty() {
-        return false;
-    }
-    match resource {
-        "pods" => {
-            matches!(key, "pods" | "cpu" | "memory" | "ephemeral-storage")
-                || (key.starts_with("requests.") && key != "requests.storage")
-                || key.starts_with("limits.")
-        }
-        "persistentvolumeclaims" => {
-            key == "persistentvolumeclaims"
-                || key == "requests.storage"
-                || key.contains(".storageclass.storage.k8s.io/")
-        }
-        "services" => key == "services" || key.starts_with("services."),
-        "secrets" | "configmaps" | "replicationcontrollers" | "resourcequotas" => key == resource,
-        _ => false,
-    }
-}
-
-/// Recomputes every ResourceQuota's status from the watch caches; returns how many it wrote.
-pub async fn sync_quotas(state: &AppState) -> usize {
-    let Some(def) = state.registry.get("", "v1", "resourcequotas").cloned() else { return 0 };
-    let Some(cache) = state.caches.get(def.storage) else { return 0 };
-    let quotas = cache.snapshot(cache.prefix()).objects;
-    let mut written = 0;
-    for quota in quotas {
-        let ns = quota["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
-        let name = quota["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let keys: Vec<String> =
-            quota["spec"]["hard"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
-        let mut objects: Vec<(&'static str, &'static str, Arc<Value>)> = Vec::new();
-        for d in state.registry.all() {
-            if !d.namespaced || d.storage.is_empty() || !keys.iter().any(|k| counts(k, d.group, d.resource)) {
-                continue;
-            }
-            for o in cache_objects(state, d.storage, &format!("{ns}/")) {
-                objects.push((d.group, d.resource, o));
-            }
-        }
-        let status = resource_quota::quota_status(&quota, objects.iter().map(|(g, r, o)| (*g, *r, o.as_ref())));
-        if quota["status"] == status {
-            continue;
-        }
-        let r = state
-            .objects
-            .update(&def, &ns, &name, Some("status"), &Default::default(), None, |cur| {
-                let mut cur = cur.cloned().ok_or_else(|| ApiError::not_found("", "resourcequotas", &name))?;
-                cur["metadata"]["resourceVersion"] = Value::Null;
-                cur["status"] = status.clone();
-                Ok(cur)
-            })
-            .await;
-        match r {
-            Ok(_) => written += 1,
-            Err(e) if e.code == 404 => {}
-            Err(e) => tracing::warn!(namespace = %ns, quota = %name, error = %e, "updating quota status"),
-        }
-    }
-    written
-}
-
-/// The resource-quota controller: recomputes quota status when a quota or a pod changes, and
-/// every few seconds for the other counted kinds. Runs until the caches close.
-pub async fn run_quota_controller(state: Arc<AppState>) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    for storage in ["resourcequotas", "pods", "services/specs", "configmaps", "secrets", "persistentvolumeclaims"] {
-        let Some(cache) = state.caches.get(storage).cloned() else { continue };
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            loop {
-                while !cache.is_ready() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                let mut sub = cache.snapshot(cache.prefix()).subscription;
-                let _ = tx.try_send(());
-                loop {
-                    match sub.recv().await {
-                        Recv::Msg(CacheMsg::Event(_)) => {
-                            let _ = tx.try_send(());
-                        }
-                        Recv::Msg(CacheMsg::Progress(_)) => {}
-                        // Resubscribe (and recompute) after a gap.
-                        Recv::Lagged | Recv::Msg(CacheMsg::Reset) => break,
-                        Recv::Closed => return,
-                    }
-                }
-            }
-        });
-    }
-    drop(tx);
-    let mut shutdown = state.shutdown.clone();
-    loop {
-        tokio::select! {
-            r = rx.recv() => if r.is_none() { return },
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = shutdown.changed() => return,
-        }
-        // Let a burst of events settle before recomputing.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        while rx.try_recv().is_ok() {}
-        sync_quotas(&state).await;
-    }
-}
-
-/// Publishes the cluster CA as the `kube-root-ca.crt` ConfigMap (key `ca.crt`) in every
-/// namespace, as kube-controller-manager's root-ca-cert-publisher does; projected
-/// service-account volumes read it. Runs until the caches close.
-pub async fn run_root_ca_publisher(state: Arc<AppState>, ca_pem: String) {
-    let (Some(ns_def), Some(cm_def)) =
-        (state.registry.get("", "v1", "namespaces").cloned(), state.registry.get("", "v1", "configmaps").cloned())
-    else {
-        return;
-    };
-    let Some(cache) = state.caches.get(ns_def.storage).cloned() else { return };
-    let mut shutdown = state.shutdown.clone();
-    loop {
-        while !cache.is_ready() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let snap = cache.snapshot(cache.prefix());
-        let mut sub = snap.subscription;
-        let mut pending: Vec<String> =
-            snap.objects.iter().filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string)).collect();
-        loop {
-            for ns in pending.drain(..) {
-                publish_root_ca(&state, &cm_def, &ns, &ca_pem).await;
-            }
-            let msg = tokio::select! {
-                m = sub.recv() => m,
-                _ = shutdown.changed() => return,
-            };
-            match msg {
-                Recv::Msg(CacheMsg::Event(e)) if e.kind != EventKind::Deleted => {
-                    let terminating = !e.object["metadata"]["deletionTimestamp"].is_null();
-                    if let (Some(n), false) = (e.object["metadata"]["name"].as_str(), terminating) {
-                        pending.push(n.to_string());
-                    }
-                }
-                Recv::Msg(_) => {}
-                Recv::Lagged => break,
-                Recv::Closed => return,
-            }
-        }
-    }
-}
-
-async fn publish_root_ca(state: &AppState, def: &ResourceDef, ns: &str, ca_pem: &str) {
-    let name = service_account::ROOT_CA_CONFIGMAP;
-    if let Some(cm) = cache_get(state, def.storage, ns, name)
-        && cm["data"]["ca.crt"] == ca_pem
-    {
-        return;
-    }
-    let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns},
-        "data": {"ca.crt": ca_pem}});
-    match state.objects.create(def, ns, obj, None, &Default::default()).await {
-        Ok(_) => {}
-        Err(e) if e.code == 409 => {
-            let r = state
-                .objects
-                .update(def, ns, name, None, &Default::default(), None, |cur| {
-                    let mut cur = cur.cloned().ok_or_else(|| ApiError::not_found("", "configmaps", name))?;
-                    cur["metadata"]["resourceVersion"] = Value::Null;
-                    cur["data"] = json!({"ca.crt": ca_pem});
-                    Ok(cur)
-                })
-                .await;
-            if let Err(e) = r {
-                tracing::debug!(namespace = ns, error = %e, "updating kube-root-ca.crt");
-            }
-        }
-        // A namespace being deleted refuses new content.
-        Err(e) => tracing::debug!(namespace = ns, error = %e, "creating kube-root-ca.crt"),
-    }
-}
-
 /// Creates what admission expects every cluster to have: the system PriorityClasses and the
 /// `default` ServiceAccount of the system namespaces (the serviceaccount controller makes the
 /// others).
@@ -836,20 +653,6 @@ pub(crate) fn admission_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quota_keys_count_the_kinds_kubernetes_counts() {
-        assert!(counts("pods", "", "pods"));
-        assert!(counts("requests.cpu", "", "pods"));
-        assert!(counts("limits.memory", "", "pods"));
-        assert!(!counts("requests.storage", "", "pods"));
-        assert!(counts("requests.storage", "", "persistentvolumeclaims"));
-        assert!(counts("count/deployments.apps", "apps", "deployments"));
-        assert!(!counts("count/deployments.apps", "", "deployments"));
-        assert!(counts("services.nodeports", "", "services"));
-        assert!(counts("configmaps", "", "configmaps"));
-        assert!(!counts("configmaps", "", "secrets"));
-    }
 
     #[test]
     fn what_admission_reads_is_served_by_the_built_in_registry() {

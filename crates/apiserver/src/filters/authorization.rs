@@ -21,7 +21,7 @@ use crate::admission::chain::ChainAdmission;
 use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
 use crate::endpoints::request::{Query, RequestInfo, single_name_selector};
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
-use crate::storage::watchcache::{CacheMsg, EventKind, Recv, WatchCache};
+use crate::storage::watchcache::{EventKind, WatchCache};
 use crate::{AppState, StateSlot};
 
 /// The RBAC storage segments (`ResourceDef::storage`) and their kinds.
@@ -249,12 +249,18 @@ impl Installed {
         let mut tasks = vec![tokio::spawn(feed(self.rbac.clone(), state.caches.clone()))];
         bootstrap_policy(state).await?;
         tasks.extend(self.node.map(|graph| tokio::spawn(crate::filters::node_authz::feed(graph, state.clone()))));
-        tasks.push(tokio::spawn(run_cluster_role_aggregation(self.rbac.clone(), state.clone())));
+        tasks.push(tokio::spawn(crate::filters::clusterroleaggregation::run_cluster_role_aggregation(
+            self.rbac.clone(),
+            state.clone(),
+        )));
         if let Some(chain) = self.admission {
             crate::admission::chain::bootstrap(state).await?;
             tasks.push(tokio::spawn(crate::admission::chain::feed_webhooks(chain.webhooks().clone(), state.clone())));
-            tasks.push(tokio::spawn(crate::admission::chain::run_quota_controller(state.clone())));
-            tasks.push(tokio::spawn(crate::admission::chain::run_root_ca_publisher(state.clone(), ca_pem.to_string())));
+            tasks.push(tokio::spawn(crate::admission::resourcequota::run_quota_controller(state.clone())));
+            tasks.push(tokio::spawn(crate::admission::rootcacertpublisher::run_root_ca_publisher(
+                state.clone(),
+                ca_pem.to_string(),
+            )));
         }
         Ok(tasks)
     }
@@ -385,54 +391,6 @@ pub async fn feed(rbac: Arc<RbacAuthorizer>, caches: HashMap<String, Arc<WatchCa
         }
         if !reload {
             return;
-        }
-    }
-}
-
-/// The ClusterRole aggregation controller (kube-controller-manager's `clusterrole-aggregation`,
-/// run inside the API server next to the RBAC snapshot it reads): whenever ClusterRoles change,
-/// writes into every ClusterRole with an `aggregationRule` the union of the rules of the
-/// ClusterRoles its selectors match ([`RbacAuthorizer::aggregation_updates`]). Runs until the
-/// server shuts down.
-pub async fn run_cluster_role_aggregation(rbac: Arc<RbacAuthorizer>, state: Arc<crate::AppState>) {
-    let Some(def) = state.registry.get(rbac::RBAC_GROUP, "v1", "clusterroles").cloned() else { return };
-    let Some(cache) = state.caches.get(def.storage).cloned() else { return };
-    let mut shutdown = state.shutdown.clone();
-    while !cache.is_ready() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut sub = cache.snapshot(cache.prefix()).subscription;
-    loop {
-        // The snapshot follows the same cache a moment later: let it catch up.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        for role in rbac.aggregation_updates() {
-            let name = role.metadata.name.clone().unwrap_or_default();
-            let rules = serde_json::to_value(role.rules.clone().unwrap_or_default()).unwrap_or_default();
-            let r = state
-                .objects
-                .update(&def, "", &name, None, &Default::default(), None, |cur| {
-                    let mut cur =
-                        cur.cloned().ok_or_else(|| ApiError::not_found(rbac::RBAC_GROUP, "clusterroles", &name))?;
-                    cur["metadata"]["resourceVersion"] = Value::Null;
-                    cur["rules"] = rules.clone();
-                    Ok(cur)
-                })
-                .await;
-            match r {
-                Ok(_) => tracing::debug!(role = %name, "aggregated ClusterRole rules"),
-                Err(e) if e.code == 404 => {}
-                Err(e) => tracing::warn!(role = %name, error = %e, "writing aggregated ClusterRole rules"),
-            }
-        }
-        tokio::select! {
-            msg = sub.recv() => match msg {
-                Recv::Closed => return,
-                Recv::Lagged | Recv::Msg(CacheMsg::Reset) => sub = cache.snapshot(cache.prefix()).subscription,
-                Recv::Msg(_) => {}
-            },
-            // A periodic pass catches updates the snapshot had not seen yet.
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = shutdown.changed() => return,
         }
     }
 }

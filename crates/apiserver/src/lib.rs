@@ -1,23 +1,25 @@
 //! skiff's Kubernetes REST API server: the only gateway to the store.
 //!
 //! Real clients (kubectl, client-go, the Python client, kube-rs) talk to it unmodified over
-//! HTTPS (HTTP/1.1 and HTTP/2). Code map:
+//! HTTPS (HTTP/1.1 and HTTP/2). The folders follow kube-apiserver's request pipeline; each
+//! imports only from the ones below it (and the crate-root modules):
 //!
-//! - [`pki`]: cluster CA, serving, admin and kubelet-client certificates, kubeconfig.
-//! - [`auth`]: the authentication and authorization seams ([`auth::RequestUser`],
-//!   [`auth::Authenticator`], [`auth::Authorizer`]); [`admission`]: the admission seam.
-//! - [`registry`]: the table of served resources; [`discovery`] renders it.
-//! - [`crd`]: custom resources served from CustomResourceDefinitions (the CRD controller, schema
-//!   pruning/validation, printer columns); [`bootstrap`]: the system PriorityClasses.
-//! - [`rest`]: HTTP parsing, content negotiation, dispatch; [`nonresource`]: /version, health,
-//!   metrics, discovery roots; [`openapi`]: OpenAPI v2 and v3; [`protobuf`]: protobuf request bodies;
-//!   [`proxy`]: `pods/log` from the kubelet; [`streams`]: `pods/exec`, `pods/attach`, `pods/portforward`.
-//! - [`objects`]: Kubernetes object semantics over the store (the generic registry);
-//!   [`subresources`], [`patch`], [`convert`], [`schema`] (typed decoding, strict fields);
-//!   [`managedfields`]: server-side apply's field ownership (managedFields, conflicts).
-//! - [`watchcache`] and [`watch`]: one store watch per resource, fanned out to watchers.
-//! - [`table`]: server-side printing; [`machinery`]: the seam to `skiff-apimachinery`.
-//! - [`metrics`]: Prometheus metrics.
+//! - [`server`]: the [`server::handler`] chain every request goes through (authentication →
+//!   request info → authorization → handlers, metrics) and the connection plumbing;
+//!   [`controlplane`]: the system PriorityClasses and the node join endpoints.
+//! - [`filters`]: max-in-flight flow control, authentication, authorization (RBAC,
+//!   impersonation, the Node authorizer) and the installation of the security pipeline.
+//! - [`endpoints`]: request parsing, content negotiation, the resource handlers, watch, patch,
+//!   discovery, OpenAPI, protobuf bodies, Tables, `pods/log` and the streaming subresources;
+//!   [`endpoints::responsewriters`] renders every response.
+//! - [`registry`]: the generic store over the [`Backend`], the per-resource strategies,
+//!   conversion, typed decoding, validation, managedFields, custom resources, subresources and
+//!   computed resources.
+//! - [`admission`]: the admission seam and chain (and the controllers that keep what it reads
+//!   current).
+//! - [`storage`]: the watch caches and their listers.
+//! - Crate root: [`resources`] (the table of served resources), [`auth`] (the authentication
+//!   and authorization interfaces), [`pki`], [`metrics`], [`util`].
 //!
 //! [`ApiServer::start`] wires it all together and serves until [`ApiServer::shutdown`].
 

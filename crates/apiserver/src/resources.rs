@@ -1,4 +1,4 @@
-//! The resource registry: one table of every resource skiff serves, with what discovery
+//! The table of served resources (the resource registry): every resource skiff serves, with what discovery
 //! advertises (kind, scope, shortNames, categories, verbs, subresources) and how the generic
 //! REST layer treats it (storage prefix, generation tracking, create-on-update).
 //!

@@ -144,12 +144,12 @@ pub struct Config {
     pub admission: Option<Arc<dyn admission::seam::Admission>>,
     /// Computed resources (access reviews, TokenRequest) and their handlers.
     pub virtual_resources: Vec<registry::virtual_resources::VirtualResource>,
-    /// Enforce RBAC ([`security`]): creates the bootstrap policy, authorizes every request from
+    /// Enforce RBAC ([`filters::authorization`]): creates the bootstrap policy, authorizes every request from
     /// the RBAC objects, honours `Impersonate-*` headers and serves the access reviews. Replaces
     /// `authorizer` and wraps `authenticator`.
     pub rbac: bool,
     /// `--max-requests-inflight`: read-only requests served at once before 429 (0: no limit;
-    /// see [`flowcontrol`]).
+    /// see [`filters::flowcontrol`]).
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight`: mutating requests served at once before 429 (0: no
     /// limit).

@@ -846,6 +846,29 @@ pub fn scale_of(def: &ResourceDef, paths: &ScalePaths, obj: &Value) -> Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn custom_resources_come_and_go_without_touching_builtins() {
+        let r = crate::resources::Registry::default();
+        let crd = serde_json::json!({
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Cluster", "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1beta1", "served": true, "storage": false}, {"name": "v1", "served": true, "storage": true}]},
+        });
+        let cache = crate::storage::watchcache::WatchCache::new("/registry/example.com/widgets/".into(), 4, 4);
+        r.set_custom("widgets.example.com", defs_for(&crd, &cache, "example.com/widgets"));
+        let w = r.get("example.com", "v1", "widgets").expect("served");
+        assert!(!w.namespaced);
+        assert_eq!(w.key("", "a"), "/registry/example.com/widgets/a");
+        assert!(r.by_kind("example.com", "v1beta1", "Widget").is_some());
+        let groups = r.groups();
+        let (_, versions) = groups.iter().find(|(g, _)| *g == "example.com").unwrap();
+        assert_eq!(versions, &vec!["v1", "v1beta1"]);
+        assert_eq!(r.in_group_version("example.com", "v1").count(), 1);
+        r.set_custom("widgets.example.com", Vec::new());
+        assert!(r.get("example.com", "v1", "widgets").is_none());
+        assert!(r.get("apps", "v1", "statefulsets").is_some());
+    }
+
     fn widget_crd() -> Value {
         json!({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

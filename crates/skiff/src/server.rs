@@ -265,7 +265,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.security.authn.service_account_issuer = args.service_account_issuer.clone();
     config.security.authn.api_audiences = args.api_audiences.clone();
     config.security.authorization_mode =
-        skiff_apiserver::filters::authorization::AuthorizationMode::parse(&args.authorization_mode).map_err(anyhow::Error::msg)?;
+        skiff_apiserver::filters::authorization::AuthorizationMode::parse(&args.authorization_mode)
+            .map_err(anyhow::Error::msg)?;
     config.security.enabled_admission_plugins = skiff_apiserver::admission::chain::enabled_plugins(
         &args.enable_admission_plugins,
         &args.disable_admission_plugins,

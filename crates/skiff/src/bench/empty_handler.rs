@@ -16,8 +16,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use hyper::body::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use skiff_apiserver::server::batched_writes::BatchedIo;
 use skiff_apiserver::pki::Pki;
+use skiff_apiserver::server::batched_writes::BatchedIo;
 
 /// Flags of `skiff bench empty-handler`.
 #[derive(clap::Args, Debug)]

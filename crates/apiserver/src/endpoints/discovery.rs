@@ -146,34 +146,6 @@ pub fn aggregated(registry: &Registry, core: bool) -> Value {
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn core_resource_list_has_pods_with_short_name_and_subresources() {
-        let r = Registry::default();
-        let list = resource_list(&r, "", "v1").unwrap();
-        let res = list["resources"].as_array().unwrap();
-        let pods = res.iter().find(|x| x["name"] == "pods").unwrap();
-        assert_eq!(pods["shortNames"], json!(["po"]));
-        assert!(res.iter().any(|x| x["name"] == "pods/status"));
-        let eviction = res.iter().find(|x| x["name"] == "pods/eviction").unwrap();
-        assert_eq!(eviction["group"], "policy");
-    }
-
-    #[test]
-    fn aggregated_discovery_lists_every_group_with_scale_as_autoscaling() {
-        let r = Registry::default();
-        let agg = aggregated(&r, false);
-        let apps = agg["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
-        let deploy = &apps["versions"][0]["resources"][0];
-        assert_eq!(deploy["resource"], "deployments");
-        let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap();
-        assert_eq!(scale["responseKind"]["group"], "autoscaling");
-    }
-}
-
 /// `/api` and `/apis` discovery, plain or aggregated per `Accept`.
 pub fn discovery_response(state: &AppState, headers: &HeaderMap, core: bool) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -207,4 +179,32 @@ pub fn discovery_response(state: &AppState, headers: &HeaderMap, core: bool) -> 
     let mut resp = json_response(StatusCode::OK, &body);
     resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_resource_list_has_pods_with_short_name_and_subresources() {
+        let r = Registry::default();
+        let list = resource_list(&r, "", "v1").unwrap();
+        let res = list["resources"].as_array().unwrap();
+        let pods = res.iter().find(|x| x["name"] == "pods").unwrap();
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert!(res.iter().any(|x| x["name"] == "pods/status"));
+        let eviction = res.iter().find(|x| x["name"] == "pods/eviction").unwrap();
+        assert_eq!(eviction["group"], "policy");
+    }
+
+    #[test]
+    fn aggregated_discovery_lists_every_group_with_scale_as_autoscaling() {
+        let r = Registry::default();
+        let agg = aggregated(&r, false);
+        let apps = agg["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
+        let deploy = &apps["versions"][0]["resources"][0];
+        assert_eq!(deploy["resource"], "deployments");
+        let scale = deploy["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "scale").unwrap();
+        assert_eq!(scale["responseKind"]["group"], "autoscaling");
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
-use skiff_auth::admission::plugins::resource_quota;
+use skiff_admission::plugins::resource_quota;
 
 use crate::AppState;
 use crate::storage::listers::cache_objects;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
-use skiff_auth::admission::plugins::service_account;
+use skiff_admission::plugins::service_account;
 
 use crate::AppState;
 use crate::resources::ResourceDef;

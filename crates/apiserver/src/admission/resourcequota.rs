@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use skiff_apimachinery::ApiError;
 use skiff_admission::plugins::resource_quota;
+use skiff_apimachinery::ApiError;
 
 use crate::AppState;
 use crate::storage::listers::cache_objects;

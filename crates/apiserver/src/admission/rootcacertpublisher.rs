@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use skiff_apimachinery::ApiError;
 use skiff_admission::plugins::service_account;
+use skiff_apimachinery::ApiError;
 
 use crate::AppState;
 use crate::resources::ResourceDef;

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::api::{ApiClient, ApiError, ApiResource, PatchType, is_not_found};
+use skiff_runtime::api::{ApiClient, ApiError, ApiResource, PatchType, is_not_found};
 use crate::util::controller_of;
 
 /// What to do with one candidate object.

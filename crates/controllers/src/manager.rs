@@ -9,18 +9,18 @@ use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
-use crate::api::{ApiClient, KubeApi};
-use crate::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
+use skiff_runtime::api::{ApiClient, KubeApi};
+use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
 use crate::deployment::{DeploymentController, MAX_RETRIES};
-use crate::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
+use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
 use crate::garbagecollector::GarbageCollector;
-use crate::informer::SharedInformerFactory;
-use crate::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
-use crate::metrics::ControllerMetrics;
+use skiff_runtime::informer::SharedInformerFactory;
+use skiff_runtime::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use skiff_runtime::metrics::ControllerMetrics;
 use crate::namespace::NamespaceController;
 use crate::replicaset::ReplicaSetController;
 use crate::serviceaccount::ServiceAccountsController;
-use crate::workqueue::WorkQueue;
+use skiff_runtime::workqueue::WorkQueue;
 
 /// Settings of the controller manager; defaults are kube-controller-manager's.
 #[derive(Debug, Clone)]

@@ -22,14 +22,14 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, Pod};
 use serde_json::Value;
 
-use crate::api::{
+use skiff_runtime::api::{
     ApiClient, ApiClientExt, ApiError, DeleteOptions, DiscoveredResource, PropagationPolicy, is_conflict,
     is_method_not_supported, is_not_found, resource_of,
 };
-use crate::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
-use crate::informer::{HandlerFns, Informer, SharedInformerFactory};
+use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
+use skiff_runtime::informer::{HandlerFns, Informer, SharedInformerFactory};
 use crate::util::{Clock, system_clock, time};
-use crate::workqueue::WorkQueue;
+use skiff_runtime::workqueue::WorkQueue;
 
 /// The finalizer the namespace controller owns (`v1.FinalizerKubernetes`).
 pub const FINALIZER_KUBERNETES: &str = "kubernetes";
@@ -354,9 +354,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::fake::FakeApi;
+    use skiff_runtime::fake::FakeApi;
 
-    fn discovered(ar: crate::api::ApiResource, namespaced: bool, deletecollection: bool) -> DiscoveredResource {
+    fn discovered(ar: skiff_runtime::api::ApiResource, namespaced: bool, deletecollection: bool) -> DiscoveredResource {
         let mut verbs: Vec<String> = ["get", "list", "watch", "delete"].iter().map(|s| s.to_string()).collect();
         if deletecollection {
             verbs.push("deletecollection".into());

@@ -21,14 +21,14 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Node;
 use parking_lot::Mutex;
 
-use crate::api::{ApiClient, ApiClientExt, KubeApi, PatchType, is_not_found};
-use crate::controller::{
+use skiff_runtime::api::{ApiClient, ApiClientExt, KubeApi, PatchType, is_not_found};
+use skiff_runtime::controller::{
     Action, ReconcileError, ReconcileResult, Reconciler, ShutDownOnDrop, WorkerConfig, run_workers,
 };
-use crate::informer::{HandlerFns, Informer, SharedInformerFactory};
-use crate::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
-use crate::metrics::ControllerMetrics;
-use crate::workqueue::WorkQueue;
+use skiff_runtime::informer::{HandlerFns, Informer, SharedInformerFactory};
+use skiff_runtime::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use skiff_runtime::metrics::ControllerMetrics;
+use skiff_runtime::workqueue::WorkQueue;
 
 /// The largest difference between the cluster CIDR's and a node's prefix length
 /// (kube-controller-manager refuses more: 65,536 subnets).
@@ -492,7 +492,7 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
-    use crate::fake::FakeApi;
+    use skiff_runtime::fake::FakeApi;
 
     #[test]
     fn a_16_gives_256_distinct_24s_then_reports_full() {
@@ -612,7 +612,7 @@ mod tests {
         let a = node("a", "u-a", None);
         api.seed(&a);
         factory.informer::<Node>().handle_event(Event::Apply(a));
-        api.fail_next("patch", "nodes", crate::api::ApiError::new(500, "InternalError", "boom"));
+        api.fail_next("patch", "nodes", skiff_runtime::api::ApiError::new(500, "InternalError", "boom"));
         assert!(c.sync_node("a").await.is_err());
         c.sync_node("a").await.unwrap();
         assert_eq!(spec_cidr(&api, "a").as_deref(), Some("10.42.0.0/24"));

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{ApiClient, ApiClientExt, NAMESPACE_TERMINATING_CAUSE, has_status_cause, is_already_exists};
-use crate::controller::{Action, ReconcileResult, Reconciler};
-use crate::informer::{HandlerFns, Informer, SharedInformerFactory};
-use crate::workqueue::WorkQueue;
+use skiff_runtime::api::{ApiClient, ApiClientExt, NAMESPACE_TERMINATING_CAUSE, has_status_cause, is_already_exists};
+use skiff_runtime::controller::{Action, ReconcileResult, Reconciler};
+use skiff_runtime::informer::{HandlerFns, Informer, SharedInformerFactory};
+use skiff_runtime::workqueue::WorkQueue;
 
 /// The ServiceAccounts every namespace gets.
 pub const MANAGED_SERVICE_ACCOUNTS: &[&str] = &["default"];
@@ -93,7 +93,7 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
-    use crate::fake::FakeApi;
+    use skiff_runtime::fake::FakeApi;
 
     fn ns(name: &str, phase: &str) -> Namespace {
         Namespace {

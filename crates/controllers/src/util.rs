@@ -4,36 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference, Time,
+    LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference,
 };
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use skiff_apimachinery::LabelSelector;
-
-/// A source of "now" (wall clock), replaceable in tests.
-pub type Clock = std::sync::Arc<dyn Fn() -> Timestamp + Send + Sync>;
-
-/// The system clock.
-pub fn system_clock() -> Clock {
-    std::sync::Arc::new(Timestamp::now)
-}
-
-/// A clock stuck at `t` (tests).
-pub fn fixed_clock(t: Timestamp) -> Clock {
-    std::sync::Arc::new(move || t)
-}
-
-/// `metav1.Time` for `t`, truncated to whole seconds (the API's precision for `Time`).
-pub fn time(t: Timestamp) -> Time {
-    Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
-}
-
-/// `t + secs` seconds.
-pub fn add_seconds(t: Timestamp, secs: i64) -> Timestamp {
-    t.checked_add(SignedDuration::from_secs(secs)).unwrap_or(t)
-}
+pub use skiff_runtime::util::{Clock, add_seconds, fixed_clock, object_reference, system_clock, time};
 
 /// `metav1.GetControllerOf`: the owner reference with `controller: true`, if any.
 pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
@@ -49,20 +27,6 @@ pub fn new_controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerRefe
         uid: owner.meta().uid.clone().unwrap_or_default(),
         controller: Some(true),
         block_owner_deletion: Some(true),
-    }
-}
-
-/// An `ObjectReference` to a typed object (the `involvedObject` of an event).
-pub fn object_reference<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
-    let meta = obj.meta();
-    ObjectReference {
-        api_version: Some(K::api_version(&()).to_string()),
-        kind: Some(K::kind(&()).to_string()),
-        name: meta.name.clone(),
-        namespace: meta.namespace.clone(),
-        uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
-        ..Default::default()
     }
 }
 
@@ -142,6 +106,7 @@ pub fn pod_node_name(pod: &Pod) -> &str {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
 

@@ -323,7 +323,7 @@ async fn deleting_a_namespace_deletes_everything_in_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
-    use skiff_controllers::leaderelection::LeaderElectionConfig;
+    use skiff_runtime::leaderelection::LeaderElectionConfig;
     let c = Cluster::start().await;
     let manager = |identity: &str, stop: tokio::sync::oneshot::Receiver<()>| {
         let le = LeaderElectionConfig {

@@ -1,7 +1,7 @@
 //! A minimal informer: list+watch one resource kind (through `kube::runtime::watcher`), keep a
 //! local store, and turn the stream into Add/Update/Delete notifications (relists included:
 //! objects missing from a fresh list are reported deleted). Objects are cached through
-//! [`skiff_controllers::informer::transform_for_cache`], as the controllers' informers are.
+//! [`skiff_runtime::informer::transform_for_cache`], as the controllers' informers are.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -78,7 +78,7 @@ pub async fn run<K>(
     let upsert = |mut o: K| {
         // Cached like kube-scheduler's informers: no managedFields; for Pods, none of the
         // API-sourced volumes no plugin reads.
-        skiff_controllers::informer::transform_for_cache(&mut o);
+        skiff_runtime::informer::transform_for_cache(&mut o);
         let key = key_of(&o);
         let new = Arc::new(o);
         let old = store.map.write().insert(key, new.clone());

@@ -138,14 +138,14 @@ impl Drop for CloseOnDrop {
 /// future is dropped.
 ///
 /// With leader election (the default, `leaderElection.leaderElect`), it first acquires the
-/// `kube-system/kube-scheduler` Lease (skiff-controllers' [`LeaderElector`]), so of several
+/// `kube-system/kube-scheduler` Lease (skiff-runtime's [`LeaderElector`]), so of several
 /// `skiff server`s only one schedules; the others wait as candidates.
 ///
 /// # Errors
 /// Invalid configuration (unknown plugins, bad args, bad leader election durations); a
 /// scheduling thread that cannot start; leadership lost (the caller may restart it).
 ///
-/// [`LeaderElector`]: skiff_controllers::leaderelection::LeaderElector
+/// [`LeaderElector`]: skiff_runtime::leaderelection::LeaderElector
 pub async fn run_scheduler(client: kube::Client, config: SchedulerConfig) -> anyhow::Result<()> {
     run_scheduler_with_metrics(client, config, SchedulerMetrics::default()).await
 }
@@ -165,7 +165,7 @@ pub async fn run_scheduler_with_metrics(
     let Some(le) = config.leader_election() else {
         return run_unelected_with_metrics(client, config, metrics).await;
     };
-    use skiff_controllers::leaderelection::{LeaderElectionConfig, LeaderElector};
+    use skiff_runtime::leaderelection::{LeaderElectionConfig, LeaderElector};
     let mut lec = LeaderElectionConfig::new(&le.namespace, &le.name);
     lec.lease_duration = le.lease_duration;
     lec.renew_deadline = le.renew_deadline;

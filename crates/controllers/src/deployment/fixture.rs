@@ -16,12 +16,12 @@ use serde_json::Value;
 
 use super::DeploymentController;
 use super::util::*;
-use crate::controller::ReconcileResult;
-use crate::events::EventRecorder;
-use crate::fake::FakeApi;
-use crate::informer::SharedInformerFactory;
+use skiff_runtime::controller::ReconcileResult;
+use skiff_runtime::events::EventRecorder;
+use skiff_runtime::fake::FakeApi;
+use skiff_runtime::informer::SharedInformerFactory;
 use crate::util::{add_seconds, fixed_clock, new_controller_ref};
-use crate::workqueue::WorkQueue;
+use skiff_runtime::workqueue::WorkQueue;
 
 /// The fixed "now" of every deployment test.
 pub fn now() -> Timestamp {

@@ -16,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::DeploymentController;
 use super::sync::calculate_status;
 use super::util::*;
-use crate::controller::{Action, ReconcileResult};
+use skiff_runtime::controller::{Action, ReconcileResult};
 use crate::util::name_of;
 
 /// `getReplicaFailures`: the ReplicaFailure conditions of the new ReplicaSet, or else of any

@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use super::DeploymentController;
 use super::sync::{all_rss, replace_rs};
 use super::util::*;
-use crate::controller::{ReconcileError, ReconcileResult};
+use skiff_runtime::controller::{ReconcileError, ReconcileResult};
 
 impl DeploymentController {
     /// `rolloutRolling`: scale up if possible, else scale down if possible, then the status;
@@ -143,7 +143,7 @@ impl DeploymentController {
             if new_size > size {
                 return Err(ReconcileError::Other(format!(
                     "when cleaning up unhealthy replicas, got invalid request to scale down {} {size} -> {new_size}",
-                    crate::informer::key_of(&target)
+                    skiff_runtime::informer::key_of(&target)
                 )));
             }
             let (_, updated) = self.scale_replica_set_and_record_event(&target, new_size, d).await?;
@@ -198,7 +198,7 @@ impl DeploymentController {
 #[cfg(test)]
 mod tests {
     use super::super::fixture::*;
-    use crate::controller::Action;
+    use skiff_runtime::controller::Action;
 
     /// One reconcile per row: (replicas, maxSurge, maxUnavailable, old (size, available),
     /// new (size, available)) → the scale actions, as `name:size`.

@@ -9,9 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use super::DeploymentController;
 use super::rollback::get_rollback_to;
 use super::util::*;
-use crate::api::{ApiClientExt, DeleteOptions, is_already_exists, is_not_found};
-use crate::controller::{Action, ReconcileError, ReconcileResult};
-use crate::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, reasons as event_reasons};
+use skiff_runtime::api::{ApiClientExt, DeleteOptions, is_already_exists, is_not_found};
+use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult};
+use skiff_runtime::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, reasons as event_reasons};
 use crate::util::{controller_of, name_of, new_controller_ref, uid_of};
 
 /// Every ReplicaSet, old ones first (the `append(oldRSs, newRS)` of the Go code).
@@ -266,7 +266,7 @@ impl DeploymentController {
                     }
                 }
             }
-            Err(e) if crate::api::has_status_cause(&e, crate::api::NAMESPACE_TERMINATING_CAUSE) => return Err(e.into()),
+            Err(e) if skiff_runtime::api::has_status_cause(&e, skiff_runtime::api::NAMESPACE_TERMINATING_CAUSE) => return Err(e.into()),
             Err(e) => {
                 let msg = format!("Failed to create new replica set {name:?}: {}", e.message);
                 if has_progress_deadline(d) {
@@ -517,7 +517,7 @@ pub(crate) fn replace_rs(new_rs: &mut Option<ReplicaSet>, old_rss: &mut [Replica
 mod tests {
     use super::super::fixture::*;
     use super::*;
-    use crate::api::ApiError;
+    use skiff_runtime::api::ApiError;
 
     /// A Deployment scaled from 10 to `to` replicas mid-rollout, old RS at 8 and new at 5,
     /// both sized for 10 (max 13).

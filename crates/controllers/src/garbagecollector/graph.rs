@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::api::ApiResource;
-use crate::informer::MetaEvent;
+use skiff_runtime::api::ApiResource;
+use skiff_runtime::informer::MetaEvent;
 
 /// `metav1.FinalizerOrphanDependents`.
 pub const FINALIZER_ORPHAN_DEPENDENTS: &str = "orphan";

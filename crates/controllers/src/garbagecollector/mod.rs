@@ -37,14 +37,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use self::graph::{FINALIZER_DELETE_DEPENDENTS, FINALIZER_ORPHAN_DEPENDENTS, Graph, GraphEvent, ObjectIdentity, Work};
-use crate::api::{
+use skiff_runtime::api::{
     ApiClient, ApiError, ApiResource, DeleteOptions, DiscoveredResource, PatchType, PropagationPolicy, is_conflict,
     is_not_found,
 };
-use crate::controller::{Action, ReconcileError, ReconcileResult, Reconciler, WorkerConfig, run_workers};
-use crate::informer::{MetaEvent, MetaEventHandler, SharedInformerFactory};
-use crate::metrics::ControllerMetrics;
-use crate::workqueue::WorkQueue;
+use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler, WorkerConfig, run_workers};
+use skiff_runtime::informer::{MetaEvent, MetaEventHandler, SharedInformerFactory};
+use skiff_runtime::metrics::ControllerMetrics;
+use skiff_runtime::workqueue::WorkQueue;
 
 /// Resources never monitored (`DefaultIgnoredResources`): events.
 pub fn is_ignored(resource: &ApiResource) -> bool {
@@ -546,8 +546,8 @@ impl GarbageCollector {
             }
         });
         let _guard = (
-            crate::controller::ShutDownOnDrop(self.attempt_to_delete.clone()),
-            crate::controller::ShutDownOnDrop(self.attempt_to_orphan.clone()),
+            skiff_runtime::controller::ShutDownOnDrop(self.attempt_to_delete.clone()),
+            skiff_runtime::controller::ShutDownOnDrop(self.attempt_to_orphan.clone()),
         );
         while tasks.join_next().await.is_some() {}
     }
@@ -600,8 +600,8 @@ mod tests {
 
     use super::graph::EventType;
     use super::*;
-    use crate::api::resource_of;
-    use crate::fake::FakeApi;
+    use skiff_runtime::api::resource_of;
+    use skiff_runtime::fake::FakeApi;
 
     fn discovered(ar: ApiResource, namespaced: bool) -> DiscoveredResource {
         DiscoveredResource {

@@ -1,10 +1,12 @@
 //! Shared informers: one list+watch per resource type, an indexed local cache, and event
 //! handlers that only enqueue keys (`client-go`'s `SharedIndexInformer`).
 //!
-//! - The list+watch state machine is `kube::runtime::watcher`: it lists, then watches from the
-//!   list's `resourceVersion`, resumes a broken watch from the last version seen, and on
-//!   **410 Gone** (the version was compacted) starts over with a full relist (`Event::Init`).
-//!   Errors are retried with `kube`'s default backoff.
+//! - An informer's source is a [`ListerWatcher`] (client-go's `cache.ListerWatcher` plus the
+//!   `Reflector` driving it): a stream of list+watch events over shared objects. In production
+//!   it is [`ApiListerWatcher`], whose state machine is `kube::runtime::watcher`: it lists, then
+//!   watches from the list's `resourceVersion`, resumes a broken watch from the last version
+//!   seen (bookmarks included), and on **410 Gone** (the version was compacted) starts over with
+//!   a full relist (`Event::Init`). Errors are retried with `kube`'s default backoff.
 //! - [`Store`] is the cache: objects by `namespace/name` key plus named indexes
 //!   ([`NAMESPACE_INDEX`], [`OWNER_UID_INDEX`], [`NODE_NAME_INDEX`], or any [`IndexFunc`]).
 //! - An [`Informer`] applies watch events to its store, then calls every
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -253,8 +255,13 @@ impl<K: Resource + Send + Sync + 'static> Store<K> {
     /// API-sourced volumes).
     pub fn apply(&self, mut obj: K) -> (Arc<K>, Option<Arc<K>>) {
         transform_for_cache(&mut obj);
-        let key = key_of(&obj);
-        let obj = Arc::new(obj);
+        self.insert(Arc::new(obj))
+    }
+
+    /// Inserts or replaces an object already in its cached form (a [`ListerWatcher`] applied
+    /// the transform), sharing it instead of copying it; returns it and the previous entry.
+    pub fn insert(&self, obj: Arc<K>) -> (Arc<K>, Option<Arc<K>>) {
+        let key = key_of(&*obj);
         let mut inner = self.inner.write();
         let old = inner.items.insert(key.clone(), obj.clone());
         if let Some(old) = &old {
@@ -379,7 +386,80 @@ pub trait MetaInformer: Send + Sync {
     fn list_meta(&self) -> Vec<ObjectMeta>;
 }
 
-type WatchStream<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
+/// The events of a [`ListerWatcher`]: `kube::runtime::watcher`'s list+watch events over
+/// shared, immutable objects in their cached form.
+pub type WatchStream<K> = BoxStream<'static, Result<Event<Arc<K>>, watcher::Error>>;
+
+/// Where an [`Informer`] gets its objects from (client-go's `cache.ListerWatcher`, driven as its
+/// `Reflector` drives one).
+///
+/// The stream must keep the API's list+watch semantics, which the informer relies on: a list is
+/// `Init`, one `InitApply` per object and `InitDone` (the informer diffs it against its cache
+/// and reports synced after the first); then `Apply`/`Delete` in resourceVersion order, resumed
+/// from the last version seen (bookmarks advance it) after a broken watch; and when that version
+/// is gone (410 Gone, compacted) a fresh `Init` relist. Errors are reported as `Err` items and
+/// retried by the source itself; the informer only logs them. Objects arrive already reduced to
+/// their cached form ([`transform_for_cache`] or [`metadata_only`]), since the source is where a
+/// copy is made.
+///
+/// [`ApiListerWatcher`] is the production source, a watch stream of the API decoded by
+/// `kube::runtime::watcher`, which is what out-of-process clients use. The objects are `Arc`s so
+/// that a source inside the API server's process can hand every informer the server's own
+/// decoded objects from its watch cache — one shared copy per object revision, reduced once —
+/// instead of each informer decoding its own copy of the same watch stream.
+pub trait ListerWatcher<K>: Send {
+    /// Starts listing and watching; the stream ends only when the source is shut down.
+    fn list_watch(self: Box<Self>) -> WatchStream<K>;
+}
+
+/// The [`ListerWatcher`] of an API watch (cluster-wide, `kube::runtime::watcher` with its
+/// default backoff); each decoded object is reduced by `transform` before it is shared.
+pub struct ApiListerWatcher<K: Resource> {
+    api: Api<K>,
+    config: watcher::Config,
+    transform: fn(&mut K),
+}
+
+impl<K: Resource> ApiListerWatcher<K> {
+    /// A source watching `api` with `config`, reducing objects with [`transform_for_cache`].
+    pub fn new(api: Api<K>, config: watcher::Config) -> Self
+    where
+        K: 'static,
+    {
+        Self { api, config, transform: transform_for_cache::<K> }
+    }
+
+    /// Replaces the transform applied to each object before it is cached.
+    pub fn with_transform(mut self, transform: fn(&mut K)) -> Self {
+        self.transform = transform;
+        self
+    }
+}
+
+impl<K> ListerWatcher<K> for ApiListerWatcher<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn list_watch(self: Box<Self>) -> WatchStream<K> {
+        let transform = self.transform;
+        watcher::watcher(self.api, self.config)
+            .default_backoff()
+            .modify(transform)
+            .map(|event| event.map(share_event))
+            .boxed()
+    }
+}
+
+/// The same event over a shared object.
+fn share_event<K>(event: Event<K>) -> Event<Arc<K>> {
+    match event {
+        Event::Apply(obj) => Event::Apply(Arc::new(obj)),
+        Event::Delete(obj) => Event::Delete(Arc::new(obj)),
+        Event::Init => Event::Init,
+        Event::InitApply(obj) => Event::InitApply(Arc::new(obj)),
+        Event::InitDone => Event::InitDone,
+    }
+}
 
 /// One resource's list+watch, cache and handlers (`SharedIndexInformer`).
 pub struct Informer<K> {
@@ -388,8 +468,8 @@ pub struct Informer<K> {
     handlers: RwLock<Vec<Arc<dyn ResourceEventHandler<K>>>>,
     synced: tokio::sync::watch::Sender<bool>,
     resync_period: Option<Duration>,
-    init_buffer: Mutex<Option<Vec<K>>>,
-    source: Mutex<Option<WatchStream<K>>>,
+    init_buffer: Mutex<Option<Vec<Arc<K>>>>,
+    source: Mutex<Option<Box<dyn ListerWatcher<K>>>>,
 }
 
 impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
@@ -407,14 +487,14 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
         }
     }
 
-    /// An informer fed by `stream` once [`Informer::start`] is called.
-    pub fn with_stream(
+    /// An informer fed by `source` once [`Informer::start`] is called.
+    pub fn with_source(
         resource: ApiResource,
         resync_period: Option<Duration>,
-        stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+        source: impl ListerWatcher<K> + 'static,
     ) -> Self {
         let informer = Self::new(resource, resync_period);
-        *informer.source.lock() = Some(stream.boxed());
+        *informer.source.lock() = Some(Box::new(source));
         informer
     }
 
@@ -460,8 +540,15 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
         self.handlers.read().clone()
     }
 
-    /// Applies one watch event to the cache and notifies the handlers.
+    /// Applies one watch event to the cache and notifies the handlers; its object is reduced
+    /// by [`transform_for_cache`] first.
     pub fn handle_event(&self, event: Event<K>) {
+        self.handle_shared_event(share_event(event.modify(transform_for_cache)));
+    }
+
+    /// Applies one event of a [`ListerWatcher`] (objects in their cached form) to the cache and
+    /// notifies the handlers.
+    pub fn handle_shared_event(&self, event: Event<Arc<K>>) {
         match event {
             Event::Init => *self.init_buffer.lock() = Some(Vec::new()),
             Event::InitApply(obj) => self.init_buffer.lock().get_or_insert_with(Vec::new).push(obj),
@@ -471,7 +558,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
                 self.synced.send_replace(true);
             }
             Event::Apply(obj) => {
-                let (new, old) = self.store.apply(obj);
+                let (new, old) = self.store.insert(obj);
                 for h in self.handlers() {
                     match &old {
                         Some(old) => h.on_update(old, &new),
@@ -480,8 +567,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
                 }
             }
             Event::Delete(obj) => {
-                let key = key_of(&obj);
-                let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(obj));
+                let key = key_of(&*obj);
+                let last = self.store.remove(&key).unwrap_or(obj);
                 for h in self.handlers() {
                     h.on_delete(&last);
                 }
@@ -491,12 +578,12 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
 
     /// Replaces the cache with a complete list (`Replace`): adds, updates and deletes are
     /// delivered for the difference.
-    fn replace(&self, listed: Vec<K>) {
+    fn replace(&self, listed: Vec<Arc<K>>) {
         let mut seen = HashSet::new();
         let mut changes = Vec::new();
         for obj in listed {
-            seen.insert(key_of(&obj));
-            let (new, old) = self.store.apply(obj);
+            seen.insert(key_of(&*obj));
+            let (new, old) = self.store.insert(obj);
             changes.push((old, Some(new)));
         }
         for key in self.store.keys() {
@@ -531,7 +618,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
 
     /// Spawns the watch loop (no-op without a source or if already started).
     pub fn start(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        let stream = self.source.lock().take()?;
+        let stream = self.source.lock().take()?.list_watch();
         let me = self.clone();
         Some(tokio::spawn(async move { me.run(stream).await }))
     }
@@ -549,7 +636,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
             };
             tokio::select! {
                 event = stream.next() => match event {
-                    Some(Ok(event)) => self.handle_event(event),
+                    Some(Ok(event)) => self.handle_shared_event(event),
                     Some(Err(err)) => {
                         tracing::warn!(resource = %self.resource.plural, %err, "watch failed, retrying");
                     }
@@ -666,9 +753,8 @@ impl SharedInformerFactory {
         }
         let informer = Arc::new(match &self.client {
             Some(client) => {
-                let stream =
-                    watcher::watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff();
-                Informer::with_stream(ar, self.resync_period, stream)
+                let source = ApiListerWatcher::new(Api::<K>::all(client.clone()), watcher::Config::default());
+                Informer::with_source(ar, self.resync_period, source)
             }
             None => Informer::new(ar, self.resync_period),
         });
@@ -690,8 +776,8 @@ impl SharedInformerFactory {
                 let api = Api::<DynamicObject>::all_with(client.clone(), ar);
                 // Only the metadata view reads this informer: drop the rest of each object as it
                 // arrives (5,000 simulated nodes and their Leases cost ~80 MiB here otherwise).
-                let stream = watcher::watcher(api, watcher::Config::default()).default_backoff().modify(metadata_only);
-                Informer::with_stream(ar.clone(), self.resync_period, stream)
+                let source = ApiListerWatcher::new(api, watcher::Config::default()).with_transform(metadata_only);
+                Informer::with_source(ar.clone(), self.resync_period, source)
             }
             None => Informer::new(ar.clone(), self.resync_period),
         });
@@ -862,14 +948,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_started_informer_consumes_its_stream_and_syncs() {
-        let events: Vec<Result<Event<Pod>, watcher::Error>> =
-            vec![Ok(Event::Init), Ok(Event::InitApply(pod("a", "p1", "1", None, None))), Ok(Event::InitDone)];
-        let stream = futures::stream::iter(events).chain(futures::stream::pending());
-        let i = Arc::new(Informer::with_stream(ApiResource::erase::<Pod>(&()), None, stream));
+        struct Listed(Vec<Result<Event<Arc<Pod>>, watcher::Error>>);
+        impl ListerWatcher<Pod> for Listed {
+            fn list_watch(self: Box<Self>) -> WatchStream<Pod> {
+                futures::stream::iter(self.0).chain(futures::stream::pending()).boxed()
+            }
+        }
+        let listed = Arc::new(pod("a", "p1", "1", None, None));
+        let source = Listed(vec![Ok(Event::Init), Ok(Event::InitApply(listed.clone())), Ok(Event::InitDone)]);
+        let i = Arc::new(Informer::with_source(ApiResource::erase::<Pod>(&()), None, source));
         let handle = i.start().unwrap();
         assert!(i.start().is_none());
         i.wait_for_sync().await;
         assert_eq!(i.store().len(), 1);
+        // The source's object is cached as it is, not copied.
+        assert!(Arc::ptr_eq(&i.store().list()[0], &listed));
         handle.abort();
     }
 

@@ -10,7 +10,8 @@
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], and event TTL cleanup, wired together by [`run_controller_manager`]; and
-//! [`nodeipam`], which `skiff server` runs on its own (it needs `--cluster-cidr`).
+//! [`nodeipam`] and [`nodelifecycle`], which `skiff server` runs on their own (they need
+//! `--cluster-cidr` and `--node-monitor-grace-period`).
 
 // `ApiError` (a `metav1.Status`) is the error of every API call; boxing it everywhere would
 // buy little: errors are the slow path.
@@ -23,6 +24,7 @@ pub mod garbagecollector;
 pub mod manager;
 pub mod namespace;
 pub mod nodeipam;
+pub mod nodelifecycle;
 pub mod replicaset;
 pub mod serviceaccount;
 pub mod util;

@@ -22,7 +22,6 @@ pub mod kuberuntime;
 pub mod lease;
 pub mod logs;
 pub mod node;
-pub mod nodelifecycle;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;

@@ -72,13 +72,13 @@ async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
 
 /// kube-controller-manager's node lifecycle controller: NotReady/Unknown, taints, eviction.
 async fn node_lifecycle(ctx: ComponentContext) -> anyhow::Result<()> {
-    let cfg = skiff_kubelet::nodelifecycle::NodeLifecycleConfig {
+    let cfg = skiff_controllers::nodelifecycle::NodeLifecycleConfig {
         node_monitor_grace_period: ctx.args.node_monitor_grace_period,
         ..Default::default()
     };
     let mut stop = ctx.shutdown.clone();
     tokio::select! {
-        r = skiff_kubelet::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg) => r.map_err(Into::into),
+        r = skiff_controllers::nodelifecycle::run_node_lifecycle_controller(ctx.client, cfg) => r,
         _ = stop.wait_for(|s| *s) => Ok(()),
     }
 }

@@ -1,6 +1,8 @@
 //! The node lifecycle controller against a real API server, with simulated nodes whose
 //! heartbeats stop (their process "dies").
 
+// The kubelet tests' harness (an API server on SQLite), shared rather than copied.
+#[path = "../../kubelet/tests/common/mod.rs"]
 mod common;
 
 use std::net::Ipv4Addr;
@@ -10,7 +12,7 @@ use common::{eventually, start_api_server};
 use k8s_openapi::api::core::v1::{Container, Event, Node, Pod, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use skiff_kubelet::nodelifecycle::{NodeLifecycleConfig, TAINT_UNREACHABLE, run_node_lifecycle_controller};
+use skiff_controllers::nodelifecycle::{NodeLifecycleConfig, TAINT_UNREACHABLE, run_node_lifecycle_controller};
 use skiff_kubelet::{SimulatedNodes, SimulatedNodesConfig};
 
 fn pod(name: &str, node: &str, toleration_seconds: Option<Option<i64>>) -> Pod {

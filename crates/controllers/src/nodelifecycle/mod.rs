@@ -19,24 +19,27 @@
 //!   smallest `tolerationSeconds` of its matching tolerations has elapsed since the taint's
 //!   `timeAdded` (the DefaultTolerationSeconds admission plugin adds 300 s tolerations); it first
 //!   gets the DisruptionTarget condition (reason DeletionByTaintManager).
+//!
+//! Nodes, node Leases and pods bound to a node are cached by the runtime's informers; events go
+//! through the runtime's recorder as `node-controller`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, NodeCondition, ObjectReference, Pod, PodCondition, Taint, Toleration,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, ObjectReference, Pod, PodCondition, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Client, ResourceExt};
-
-use crate::Error;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use skiff_runtime::api::ApiResource;
+use skiff_runtime::events::{EVENT_TYPE_NORMAL, EventRecorder};
+use skiff_runtime::informer::{ApiListerWatcher, Informer, Store};
+use tokio::task::JoinHandle;
 
 /// Taint key for nodes whose Ready condition is False.
 pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
@@ -52,6 +55,10 @@ pub const TAINT_PID_PRESSURE: &str = "node.kubernetes.io/pid-pressure";
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// `v1.NamespaceNodeLease`: where kubelets keep their heartbeat Leases.
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// The event source of this controller (kube-controller-manager's `node-controller`).
+const COMPONENT: &str = "node-controller";
 
 /// Settings (kube-controller-manager flag names).
 #[derive(Debug, Clone)]
@@ -217,80 +224,81 @@ struct NodeHealthState {
 struct Controller {
     client: Client,
     cfg: NodeLifecycleConfig,
-    nodes: reflector::Store<Node>,
-    leases: reflector::Store<Lease>,
-    pods: reflector::Store<Pod>,
+    nodes: Store<Node>,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    recorder: EventRecorder,
     health: HashMap<String, NodeHealthState>,
     limiters: HashMap<String, RateLimiter>,
+}
+
+/// The informers' watch tasks, stopped when the controller's future is dropped.
+struct InformerTasks(Vec<JoinHandle<()>>);
+
+impl Drop for InformerTasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Starts an informer on `api` with `config` and waits for its first list.
+async fn informer<K>(api: Api<K>, config: watcher::Config, tasks: &mut InformerTasks) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    // Cached through the runtime's transform (no managedFields, as kube-controller-manager's
+    // informers): nothing here reads them, and they are about half of a Lease.
+    let informer =
+        Arc::new(Informer::with_source(ApiResource::erase::<K>(&()), None, ApiListerWatcher::new(api, config)));
+    tasks.0.extend(informer.start());
+    informer.wait_for_sync().await;
+    informer.store().clone()
 }
 
 /// Runs the node lifecycle controller and its taint manager until the future is dropped.
 ///
 /// # Errors
-/// Only if the informers cannot start; API errors later are logged and retried.
-pub async fn run_node_lifecycle_controller(client: Client, cfg: NodeLifecycleConfig) -> Result<(), Error> {
-    let (nodes, node_writer) = reflector::store();
-    let (leases, lease_writer) = reflector::store();
-    let (pods, pod_writer) = reflector::store();
-    // The caches drop managedFields (as kube-controller-manager's informers do): nothing here
-    // reads them, and they are about half of a Lease.
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher::watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(strip_managed_fields),
-    )
-    .default_backoff()
-    .for_each(|_| std::future::ready(()));
-    let lease_api: Api<Lease> = Api::namespaced(client.clone(), crate::lease::NODE_LEASE_NAMESPACE);
-    let lease_stream = reflector::reflector(
-        lease_writer,
-        watcher::watcher(lease_api, watcher::Config::default()).modify(strip_managed_fields),
-    )
-    .default_backoff()
-    .for_each(|_| std::future::ready(()));
+/// None today: API errors are logged and retried (the `Result` matches the other controllers'
+/// entry points).
+pub async fn run_node_lifecycle_controller(client: Client, cfg: NodeLifecycleConfig) -> anyhow::Result<()> {
+    let mut tasks = InformerTasks(Vec::new());
+    let nodes = informer(Api::<Node>::all(client.clone()), watcher::Config::default(), &mut tasks).await;
+    let lease_api: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let leases = informer(lease_api, watcher::Config::default(), &mut tasks).await;
     // Only pods bound to a node matter here (MarkPodsNotReady and the taint manager look pods up
     // by spec.nodeName), so unscheduled pods are not cached at all.
     let assigned = watcher::Config::default().fields("spec.nodeName!=");
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher::watcher(Api::<Pod>::all(client.clone()), assigned).modify(strip_managed_fields),
-    )
-    .default_backoff()
-    .for_each(|_| std::future::ready(()));
-    let mut ctl = Controller { client, cfg, nodes, leases, pods, health: HashMap::new(), limiters: HashMap::new() };
-    let run = async move {
-        let _ = ctl.nodes.wait_until_ready().await;
-        let _ = ctl.leases.wait_until_ready().await;
-        let _ = ctl.pods.wait_until_ready().await;
-        let mut monitor = tokio::time::interval(ctl.cfg.node_monitor_period);
-        let mut taints = tokio::time::interval(ctl.cfg.taint_manager_period);
-        monitor.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        taints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = monitor.tick() => ctl.monitor_node_health().await,
-                _ = taints.tick() => ctl.evict_pods().await,
-            }
-        }
+    let pods = informer(Api::<Pod>::all(client.clone()), assigned, &mut tasks).await;
+    let recorder = EventRecorder::new(client.clone(), COMPONENT);
+    let mut ctl = Controller {
+        client,
+        cfg,
+        nodes,
+        leases,
+        pods,
+        recorder,
+        health: HashMap::new(),
+        limiters: HashMap::new(),
     };
-    tokio::select! {
-        _ = node_stream => {}
-        _ = lease_stream => {}
-        _ = pod_stream => {}
-        _ = run => {}
+    let mut monitor = tokio::time::interval(ctl.cfg.node_monitor_period);
+    let mut taints = tokio::time::interval(ctl.cfg.taint_manager_period);
+    monitor.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    taints.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = monitor.tick() => ctl.monitor_node_health().await,
+            _ = taints.tick() => ctl.evict_pods().await,
+        }
     }
-    Ok(())
-}
-
-/// Drops `metadata.managedFields` from an object entering a cache.
-fn strip_managed_fields<K: kube::Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
 }
 
 impl Controller {
     async fn monitor_node_health(&mut self) {
         let now = Instant::now();
-        let nodes = self.nodes.state();
-        let leases: HashMap<String, Arc<Lease>> = self.leases.state().into_iter().map(|l| (l.name_any(), l)).collect();
+        let nodes = self.nodes.list();
+        let leases: HashMap<String, Arc<Lease>> = self.leases.list().into_iter().map(|l| (l.name_any(), l)).collect();
         // 1. Heartbeats: mark silent nodes Unknown.
         for node in &nodes {
             let name = node.name_any();
@@ -322,7 +330,7 @@ impl Controller {
         self.health.retain(|n, _| current.contains(n.as_str()));
 
         // 2. Zone states from the (possibly just updated) conditions.
-        let nodes = self.nodes.state();
+        let nodes = self.nodes.list();
         let mut zones: BTreeMap<String, (usize, usize)> = BTreeMap::new();
         for node in &nodes {
             let zone = node.labels().get(ZONE_LABEL).cloned().unwrap_or_default();
@@ -381,10 +389,10 @@ impl Controller {
         }
         tracing::info!(node = %name, "node stopped posting status; marked Unknown");
         if condition_status(node, "Ready").as_deref() == Some("True") {
-            self.node_event(node, "NodeNotReady", format!("Node {name} status is now: NodeNotReady")).await;
+            self.node_event(node, "NodeNotReady", &format!("Node {name} status is now: NodeNotReady"));
         }
         // Pods on the node are no longer Ready (kube's MarkPodsNotReady).
-        for pod in self.pods.state() {
+        for pod in self.pods.list() {
             if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(name.as_str()) {
                 continue;
             }
@@ -486,7 +494,7 @@ impl Controller {
         let now = Timestamp::now();
         let taints: HashMap<String, Vec<Taint>> = self
             .nodes
-            .state()
+            .list()
             .iter()
             .filter_map(|n| {
                 let t: Vec<Taint> =
@@ -497,7 +505,7 @@ impl Controller {
         if taints.is_empty() {
             return;
         }
-        for pod in self.pods.state() {
+        for pod in self.pods.list() {
             if pod.metadata.deletion_timestamp.is_some() {
                 continue;
             }
@@ -538,36 +546,14 @@ impl Controller {
         match api.delete(&pod.name_any(), &dp).await {
             Ok(_) => {
                 tracing::info!(pod = %format!("{ns}/{}", pod.name_any()), "evicted by the taint manager");
-                self.pod_event(pod).await;
+                self.pod_event(pod);
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "taint manager eviction failed"),
         }
     }
 
-    async fn post_event(&self, namespace: &str, object: ObjectReference, type_: &str, reason: &str, message: String) {
-        let now = Timestamp::now();
-        let name = format!("{}.{:x}", object.name.clone().unwrap_or_default(), now.as_nanosecond());
-        let ev = Event {
-            metadata: ObjectMeta { name: Some(name), namespace: Some(namespace.to_string()), ..Default::default() },
-            involved_object: object,
-            reason: Some(reason.into()),
-            message: Some(message),
-            type_: Some(type_.into()),
-            source: Some(EventSource { component: Some("node-controller".into()), host: None }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            count: Some(1),
-            reporting_component: Some("node-controller".into()),
-            ..Default::default()
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
-            tracing::debug!(error = %e, reason, "posting event failed");
-        }
-    }
-
-    async fn node_event(&self, node: &Node, reason: &str, message: String) {
+    fn node_event(&self, node: &Node, reason: &str, message: &str) {
         let obj = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
@@ -575,10 +561,10 @@ impl Controller {
             uid: node.metadata.uid.clone(),
             ..Default::default()
         };
-        self.post_event("default", obj, "Normal", reason, message).await;
+        self.recorder.event(&obj, EVENT_TYPE_NORMAL, reason, message);
     }
 
-    async fn pod_event(&self, pod: &Pod) {
+    fn pod_event(&self, pod: &Pod) {
         let ns = pod.namespace().unwrap_or_default();
         let obj = ObjectReference {
             api_version: Some("v1".into()),
@@ -589,7 +575,7 @@ impl Controller {
             ..Default::default()
         };
         let msg = format!("Marking for deletion Pod {ns}/{}", pod.name_any());
-        self.post_event(&ns, obj, "Normal", "TaintManagerEviction", msg).await;
+        self.recorder.event(&obj, EVENT_TYPE_NORMAL, "TaintManagerEviction", &msg);
     }
 }
 

@@ -31,7 +31,6 @@ pub mod server;
 pub mod simulated;
 pub mod status;
 pub mod volumes;
-pub mod workqueue;
 
 pub use agent::{AgentConfig, run_agent};
 pub use simulated::{SimulatedNodes, SimulatedNodesConfig, run_simulated_nodes};

@@ -33,13 +33,13 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
+use skiff_runtime::workqueue::WorkQueue;
 use tokio::task::JoinSet;
 
 use crate::Error;
 use crate::lease::{self, LeaseHolder};
 use crate::node::{self, NodeCapacity, NodeHealth, NodeTemplate};
 use crate::qos;
-use crate::workqueue::WorkQueue;
 
 /// Label set on every simulated node (value "true").
 pub const SIMULATED_NODE_LABEL: &str = "skiff.io/simulated";
@@ -405,7 +405,8 @@ fn forget_pod(state: &State, pod: &Pod) {
 
 async fn pod_worker(state: Arc<State>) {
     loop {
-        let key = state.pod_queue.get().await;
+        // The queue is never shut down: the workers end when the runtime drops them.
+        let Some(key) = state.pod_queue.get().await else { return };
         let result = sync_pod(&state, &key).await;
         state.pod_queue.done(&key);
         if let Err(e) = result {
@@ -626,7 +627,7 @@ async fn report_node_status_periodically(state: Arc<State>) {
 async fn node_worker(state: Arc<State>) {
     let api: Api<Node> = Api::all(state.client.clone());
     loop {
-        let i = state.node_queue.get().await;
+        let Some(i) = state.node_queue.get().await else { return };
         let (name, since) = {
             let nodes = state.nodes.lock();
             (nodes[i].name.clone(), nodes[i].conditions_since)

@@ -2,15 +2,14 @@
 //! runtime can run against the API server ([`ApiPodHost`]) or in-memory in tests.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, EventSource, ObjectReference, Pod, PodStatus, Secret, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc;
+use skiff_runtime::events::{EventBroadcaster, EventRecorder, EventSource};
+use skiff_runtime::api::KubeApi;
 
 use crate::Error;
 
@@ -79,16 +78,16 @@ pub trait PodHost: Send + Sync + 'static {
 /// [`PodHost`] over the Kubernetes API.
 pub struct ApiPodHost {
     client: Client,
-    events: mpsc::Sender<(Pod, PodEvent, Timestamp)>,
+    recorder: EventRecorder,
 }
 
 impl ApiPodHost {
-    /// A host for the node `node_name`; starts a background task posting events (core/v1
-    /// Events with source component "kubelet").
+    /// A host for the node `node_name`; starts the runtime's event recorder (core/v1 Events
+    /// with source component "kubelet" and host `node_name`).
     pub fn new(client: Client, node_name: &str) -> Arc<Self> {
-        let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(post_events(client.clone(), node_name.to_string(), rx));
-        Arc::new(ApiPodHost { client, events: tx })
+        let source = EventSource { component: "kubelet".into(), host: node_name.to_string() };
+        let recorder = EventBroadcaster::new(Arc::new(KubeApi::new(client.clone()))).new_recorder(source);
+        Arc::new(ApiPodHost { client, recorder })
     }
 }
 
@@ -172,61 +171,25 @@ impl PodHost for ApiPodHost {
     }
 
     fn record_event(&self, pod: &Pod, event: PodEvent) {
-        // Stamped now, when it happened, not when the poster gets to it.
-        if self.events.try_send((pod.clone(), event, Timestamp::now())).is_err() {
-            tracing::debug!("event queue full; dropping an event");
-        }
+        // The recorder stamps it now, when it happened, not when its writer gets to it; the
+        // action is the reason, as the kubelet reports it.
+        let object = event_reference(pod, &event);
+        self.recorder.event_with_action(&object, event.type_.as_str(), &event.reason, &event.reason, &event.message);
     }
 }
 
-static EVENT_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// The core/v1 Event the kubelet posts for `event` about `pod`.
-pub fn event_object(pod: &Pod, event: &PodEvent, node_name: &str, now: Timestamp) -> Event {
-    let seq = EVENT_SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = format!("{}.{:x}{:04x}", pod.name_any(), now.as_nanosecond(), seq & 0xffff);
-    Event {
-        metadata: ObjectMeta { name: Some(name), namespace: pod.namespace(), ..Default::default() },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: pod.metadata.name.clone(),
-            namespace: pod.namespace(),
-            uid: pod.metadata.uid.clone(),
-            resource_version: pod.metadata.resource_version.clone(),
-            field_path: event.field_path.clone(),
-        },
-        reason: Some(event.reason.clone()),
-        message: Some(event.message.clone()),
-        type_: Some(event.type_.as_str().to_string()),
-        source: Some(EventSource { component: Some("kubelet".into()), host: Some(node_name.to_string()) }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        count: Some(1),
-        reporting_component: Some("kubelet".into()),
-        reporting_instance: Some(node_name.to_string()),
-        action: Some(event.reason.clone()),
-        ..Default::default()
+/// The object a kubelet event about `pod` is about: the pod, and the container through the
+/// event's `fieldPath` (`spec.containers{c}`).
+pub fn event_reference(pod: &Pod, event: &PodEvent) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.namespace(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: event.field_path.clone(),
     }
-}
-
-/// Posts queued events, up to 8 at once (a burst of pod starts queues several per pod).
-async fn post_events(client: Client, node_name: String, rx: mpsc::Receiver<(Pod, PodEvent, Timestamp)>) {
-    use futures::StreamExt;
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
-        .for_each_concurrent(8, |(pod, event, at)| {
-            let client = client.clone();
-            let node_name = node_name.clone();
-            async move {
-                let ev = event_object(&pod, &event, &node_name, at);
-                let api: Api<Event> = Api::namespaced(client, &pod.namespace().unwrap_or_default());
-                if let Err(e) = api.create(&PostParams::default(), &ev).await {
-                    tracing::debug!(error = %e, reason = %event.reason, "posting event failed");
-                }
-            }
-        })
-        .await;
 }
 
 #[cfg(test)]
@@ -234,7 +197,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_names_the_pod_and_container() {
+    fn an_event_refers_to_the_pod_and_its_container() {
         let pod = Pod {
             metadata: ObjectMeta {
                 name: Some("web".into()),
@@ -250,12 +213,9 @@ mod tests {
             message: "Started container c".into(),
             field_path: Some("spec.containers{c}".into()),
         };
-        let a = event_object(&pod, &ev, "node1", Timestamp::UNIX_EPOCH);
-        let b = event_object(&pod, &ev, "node1", Timestamp::UNIX_EPOCH);
-        assert_ne!(a.metadata.name, b.metadata.name, "event names are unique");
-        assert!(a.metadata.name.unwrap_or_default().starts_with("web."));
-        assert_eq!(a.involved_object.field_path.as_deref(), Some("spec.containers{c}"));
-        assert_eq!(a.source.and_then(|s| s.host).as_deref(), Some("node1"));
-        assert_eq!(a.type_.as_deref(), Some("Normal"));
+        let r = event_reference(&pod, &ev);
+        assert_eq!(r.kind.as_deref(), Some("Pod"));
+        assert_eq!((r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref()), (Some("ns"), Some("web"), Some("u")));
+        assert_eq!(r.field_path.as_deref(), Some("spec.containers{c}"));
     }
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource as CoreEventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use parking_lot::Mutex;
@@ -189,6 +189,21 @@ impl EventRecorder {
         }
     }
 
+    /// Records an event that also says which `action` was being taken (`Binding`, `Started`),
+    /// with a microsecond `eventTime`, as client-go's `tools/events` recorder (`Eventf`) reports
+    /// for the scheduler and the kubelet; see [`make_action_event`]. Never blocks.
+    pub fn event_with_action(&self, object: &ObjectReference, type_: &str, reason: &str, action: &str, message: &str) {
+        match &self.sink {
+            Sink::Recording(_) => self.event(object, type_, reason, message),
+            Sink::Channel(tx) => {
+                let event = make_action_event(&self.source, object, type_, reason, action, message, (self.clock)());
+                if tx.try_send(event).is_err() {
+                    tracing::warn!(reason, message, "event dropped: too many pending events");
+                }
+            }
+        }
+    }
+
     /// Records an event about a typed object.
     pub fn event_for<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: &str, reason: &str, message: &str) {
         self.event(&object_reference(obj), type_, reason, message);
@@ -228,6 +243,26 @@ pub fn make_event(
         reporting_instance: Some(source.host.clone()),
         ..Default::default()
     }
+}
+
+/// [`make_event`] plus the fields of an event with an action: `action`, `eventTime` at the
+/// API's microsecond precision (`lastTimestamp` has whole seconds), and `reportingInstance`
+/// (the source's host, or its component when it has none), which the API requires together.
+pub fn make_action_event(
+    source: &EventSource,
+    object: &ObjectReference,
+    type_: &str,
+    reason: &str,
+    action: &str,
+    message: &str,
+    now: Timestamp,
+) -> Event {
+    let mut event = make_event(source, object, type_, reason, message, now);
+    event.action = Some(action.to_string());
+    event.event_time = Some(MicroTime(now));
+    let instance = if source.host.is_empty() { &source.component } else { &source.host };
+    event.reporting_instance = Some(instance.clone());
+    event
 }
 
 fn s(o: &Option<String>) -> &str {
@@ -651,6 +686,21 @@ mod tests {
             message,
             t,
         )
+    }
+
+    #[test]
+    fn an_event_with_an_action_carries_it_with_a_microsecond_event_time_and_its_reporting_instance() {
+        let t = Timestamp::from_microsecond(1_700_000_000_123_456).unwrap();
+        let kubelet = EventSource { component: "kubelet".into(), host: "node1".into() };
+        let e = make_action_event(&kubelet, &deployment_ref(), "Normal", "Started", "Started", "Started container c", t);
+        assert_eq!(e.action.as_deref(), Some("Started"));
+        assert_eq!(e.event_time, Some(MicroTime(t)));
+        assert_eq!(e.reporting_instance.as_deref(), Some("node1"));
+        assert_eq!(e.source.and_then(|s| s.host).as_deref(), Some("node1"));
+        let scheduler = EventSource::component("default-scheduler");
+        let e = make_action_event(&scheduler, &deployment_ref(), "Normal", "Scheduled", "Binding", "m", t);
+        assert_eq!(e.reporting_instance.as_deref(), Some("default-scheduler"));
+        assert_eq!(e.source.and_then(|s| s.host), None);
     }
 
     #[test]

@@ -1,15 +1,14 @@
 //! [`ClusterApi`] implementations: [`KubeApi`] over `kube::Client` (the real API server),
 //! [`RecordingApi`] for tests, [`NoopApi`] for benchmarks.
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Event, EventSource, Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use parking_lot::Mutex;
+use skiff_runtime::events::EventRecorder;
 
 use crate::framework::{ClusterApi, PodInfo, PodStatusUpdate, SchedulerEvent};
 
@@ -18,22 +17,20 @@ pub const COMPONENT: &str = "default-scheduler";
 
 /// Writes through the Kubernetes API.
 ///
-/// Repeated events (same object, reason and message) are aggregated like client-go's event
-/// correlator does: the existing Event's `count` and `lastTimestamp` are updated instead of
-/// creating a new Event, so `kubectl describe` shows `(x3 over 2m)`.
+/// Events go through the runtime's recorder as `default-scheduler`: repeated events (same
+/// object, reason and message) are aggregated by client-go's correlator, so `kubectl describe`
+/// shows `(x3 over 2m)`.
 #[derive(Clone)]
 pub struct KubeApi {
     client: kube::Client,
-    seen: Arc<Mutex<HashMap<String, (String, i32)>>>,
+    recorder: EventRecorder,
 }
 
-/// Past this many distinct events, the aggregation memory starts over.
-const MAX_AGGREGATED_EVENTS: usize = 4096;
-
 impl KubeApi {
-    /// Wraps a client.
+    /// Wraps a client (starts the event recorder's writer task: call inside a tokio runtime).
     pub fn new(client: kube::Client) -> Self {
-        Self { client, seen: Arc::new(Mutex::new(HashMap::new())) }
+        let recorder = EventRecorder::new(client.clone(), COMPONENT);
+        Self { client, recorder }
     }
 }
 
@@ -116,50 +113,7 @@ impl ClusterApi for KubeApi {
     }
 
     async fn record_event(&self, ev: SchedulerEvent) -> anyhow::Result<()> {
-        let ns = ev.regarding.namespace.clone().unwrap_or_else(|| "default".into());
-        let t = now();
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        let key = format!(
-            "{}/{}/{}/{}/{}",
-            ns,
-            ev.regarding.name.as_deref().unwrap_or(""),
-            ev.regarding.uid.as_deref().unwrap_or(""),
-            ev.reason,
-            ev.message
-        );
-        let previous = self.seen.lock().get(&key).cloned();
-        if let Some((name, count)) = previous {
-            let patch = serde_json::json!({"count": count + 1, "lastTimestamp": Time(t)});
-            if api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok() {
-                self.seen.lock().insert(key, (name, count + 1));
-                return Ok(());
-            }
-        }
-        let name = format!("{}.{:x}", ev.regarding.name.as_deref().unwrap_or("unknown"), t.as_nanosecond());
-        let event = Event {
-            metadata: ObjectMeta { name: Some(name), namespace: Some(ns.clone()), ..Default::default() },
-            involved_object: ev.regarding,
-            reason: Some(ev.reason.into()),
-            message: Some(ev.message),
-            type_: Some(ev.event_type.into()),
-            action: Some(ev.action.into()),
-            source: Some(EventSource { component: Some(COMPONENT.into()), host: None }),
-            first_timestamp: Some(Time(t)),
-            last_timestamp: Some(Time(t)),
-            event_time: Some(MicroTime(t)),
-            count: Some(1),
-            reporting_component: Some(COMPONENT.into()),
-            reporting_instance: Some(COMPONENT.into()),
-            ..Default::default()
-        };
-        let created = api.create(&PostParams::default(), &event).await?;
-        if let Some(name) = created.metadata.name {
-            let mut seen = self.seen.lock();
-            if seen.len() >= MAX_AGGREGATED_EVENTS {
-                seen.clear();
-            }
-            seen.insert(key, (name, 1));
-        }
+        self.recorder.event_with_action(&ev.regarding, ev.event_type, ev.reason, ev.action, &ev.message);
         Ok(())
     }
 }

@@ -620,10 +620,17 @@ impl<K: Resource + Clone + Send + Sync + 'static> Informer<K> {
     pub fn start(self: &Arc<Self>) -> Option<JoinHandle<()>> {
         let stream = self.source.lock().take()?.list_watch();
         let me = self.clone();
-        Some(tokio::spawn(async move { me.run(stream).await }))
+        Some(tokio::spawn(async move { me.run_stream(stream).await }))
     }
 
-    async fn run(self: Arc<Self>, mut stream: WatchStream<K>) {
+    /// Runs the watch loop on the caller's task (client-go's `informer.Run`) until the source
+    /// ends or the future is dropped; returns at once without a source or if already started.
+    pub async fn run(self: Arc<Self>) {
+        let Some(source) = self.source.lock().take() else { return };
+        self.run_stream(source.list_watch()).await
+    }
+
+    async fn run_stream(self: Arc<Self>, mut stream: WatchStream<K>) {
         let mut resync = self.resync_period.map(|p| tokio::time::interval_at(tokio::time::Instant::now() + p, p));
         loop {
             let tick = async {

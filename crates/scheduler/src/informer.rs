@@ -1,17 +1,18 @@
-//! A minimal informer: list+watch one resource kind (through `kube::runtime::watcher`), keep a
-//! local store, and turn the stream into Add/Update/Delete notifications (relists included:
-//! objects missing from a fresh list are reported deleted). Objects are cached through
-//! [`skiff_runtime::informer::transform_for_cache`], as the controllers' informers are.
+//! The scheduler's informers (kube-scheduler's `eventhandlers.go` wiring): the runtime's
+//! [`Informer`]s, whose caches reduce objects with
+//! [`skiff_runtime::informer::transform_for_cache`], with handlers that see each change as a
+//! [`Change`]. A relist's objects whose resourceVersion did not change are not reported again.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::Resource;
-use kube::runtime::{WatchStreamExt, watcher};
-use parking_lot::RwLock;
+use kube::api::Api;
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use skiff_runtime::api::ApiResource;
+use skiff_runtime::informer::{ApiListerWatcher, Informer, ResourceEventHandler};
+pub use skiff_runtime::informer::{Store, key_of};
 
 /// A change to a watched object.
 #[derive(Debug)]
@@ -24,104 +25,77 @@ pub enum Change<K> {
     Delete(Arc<K>),
 }
 
-/// The informer's local copy, by `namespace/name` (or `name`).
-pub struct Store<K> {
-    map: RwLock<HashMap<String, Arc<K>>>,
-}
-
-impl<K> Default for Store<K> {
-    fn default() -> Self {
-        Self { map: RwLock::new(HashMap::new()) }
-    }
-}
-
-impl<K: Resource> Store<K> {
-    /// All objects.
-    pub fn list(&self) -> Vec<Arc<K>> {
-        self.map.read().values().cloned().collect()
-    }
-
-    /// Objects in a namespace.
-    pub fn list_namespace(&self, ns: &str) -> Vec<Arc<K>> {
-        self.map.read().values().filter(|o| o.meta().namespace.as_deref() == Some(ns)).cloned().collect()
-    }
-
-    /// One object by key.
-    pub fn get(&self, key: &str) -> Option<Arc<K>> {
-        self.map.read().get(key).cloned()
-    }
-}
-
-/// `namespace/name`, or `name` for cluster-scoped objects.
-pub fn key_of<K: Resource>(o: &K) -> String {
-    let m = o.meta();
-    match m.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{}", m.name.as_deref().unwrap_or("")),
-        _ => m.name.clone().unwrap_or_default(),
-    }
-}
-
-/// Runs until the stream ends: keeps `store` current and calls `handler` for every change.
-/// `synced` is notified after the first complete list.
-pub async fn run<K>(
-    api: kube::Api<K>,
-    store: Arc<Store<K>>,
-    synced: Arc<tokio::sync::Notify>,
-    handler: impl Fn(Change<K>) + Send + Sync + 'static,
-) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+/// An informer of every `K` in the cluster that calls `handler` for every change once run
+/// ([`Informer::run`]); its cache is [`Informer::store`].
+pub fn informer<K>(client: &kube::Client, handler: impl Fn(Change<K>) + Send + Sync + 'static) -> Arc<Informer<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
-    futures::pin_mut!(stream);
-    let mut relist: Option<std::collections::HashSet<String>> = None;
-    let mut first_sync = true;
-    let upsert = |mut o: K| {
-        // Cached like kube-scheduler's informers: no managedFields; for Pods, none of the
-        // API-sourced volumes no plugin reads.
-        skiff_runtime::informer::transform_for_cache(&mut o);
-        let key = key_of(&o);
-        let new = Arc::new(o);
-        let old = store.map.write().insert(key, new.clone());
-        match old {
-            Some(old) => {
-                if old.meta().resource_version != new.meta().resource_version || old.meta().resource_version.is_none() {
-                    handler(Change::Update(old, new));
-                }
-            }
-            None => handler(Change::Add(new)),
+    let source = ApiListerWatcher::new(Api::<K>::all(client.clone()), watcher::Config::default());
+    let informer = Arc::new(Informer::with_source(ApiResource::erase::<K>(&()), None, source));
+    informer.add_event_handler(Arc::new(ChangeHandler(handler)));
+    informer
+}
+
+/// Passes an informer's notifications on as [`Change`]s.
+struct ChangeHandler<F>(F);
+
+impl<K, F> ResourceEventHandler<K> for ChangeHandler<F>
+where
+    K: Resource + Send + Sync,
+    F: Fn(Change<K>) + Send + Sync,
+{
+    fn on_add(&self, obj: &Arc<K>) {
+        (self.0)(Change::Add(obj.clone()))
+    }
+
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        // A relist re-delivers every object; only real changes matter to the queue and cache.
+        let (o, n) = (&old.meta().resource_version, &new.meta().resource_version);
+        if o != n || o.is_none() {
+            (self.0)(Change::Update(old.clone(), new.clone()))
         }
-    };
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(watcher::Event::Init) => relist = Some(Default::default()),
-            Ok(watcher::Event::InitApply(o)) => {
-                if let Some(seen) = relist.as_mut() {
-                    seen.insert(key_of(&o));
-                }
-                upsert(o);
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(seen) = relist.take() {
-                    let gone: Vec<Arc<K>> = {
-                        let mut m = store.map.write();
-                        let keys: Vec<String> = m.keys().filter(|k| !seen.contains(*k)).cloned().collect();
-                        keys.into_iter().filter_map(|k| m.remove(&k)).collect()
-                    };
-                    for o in gone {
-                        handler(Change::Delete(o));
-                    }
-                }
-                if first_sync {
-                    first_sync = false;
-                    synced.notify_one();
-                }
-            }
-            Ok(watcher::Event::Apply(o)) => upsert(o),
-            Ok(watcher::Event::Delete(o)) => {
-                let removed = store.map.write().remove(&key_of(&o));
-                handler(Change::Delete(removed.unwrap_or_else(|| Arc::new(o))));
-            }
-            Err(e) => tracing::warn!(kind = std::any::type_name::<K>(), error = %e, "watch failed; retrying"),
+    }
+
+    fn on_delete(&self, obj: &Arc<K>) {
+        (self.0)(Change::Delete(obj.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::watcher::Event;
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    fn node(rv: &str) -> Node {
+        Node {
+            metadata: ObjectMeta { name: Some("n1".into()), resource_version: Some(rv.into()), ..Default::default() },
+            ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_relisted_object_is_reported_only_when_its_resource_version_changed() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let informer = Informer::<Node>::new(ApiResource::erase::<Node>(&()), None);
+        let log = seen.clone();
+        informer.add_event_handler(Arc::new(ChangeHandler(move |c: Change<Node>| {
+            log.lock().push(match c {
+                Change::Add(_) => "add",
+                Change::Update(..) => "update",
+                Change::Delete(_) => "delete",
+            })
+        })));
+        for rv in ["1", "1", "2"] {
+            informer.handle_event(Event::Init);
+            informer.handle_event(Event::InitApply(node(rv)));
+            informer.handle_event(Event::InitDone);
+        }
+        informer.handle_event(Event::Delete(node("2")));
+        assert_eq!(*seen.lock(), ["add", "update", "delete"]);
     }
 }

@@ -9,7 +9,6 @@ use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::Api;
 
 use crate::api::KubeApi;
 use crate::cache::Cache;
@@ -26,13 +25,13 @@ use crate::schedule_one::{Scheduler, Shared};
 /// Informer-backed listers for the plugins.
 #[derive(Default)]
 pub struct InformerListers {
-    namespaces: Arc<Store<Namespace>>,
-    services: Arc<Store<Service>>,
-    replication_controllers: Arc<Store<ReplicationController>>,
-    replica_sets: Arc<Store<ReplicaSet>>,
-    stateful_sets: Arc<Store<StatefulSet>>,
-    priority_classes: Arc<Store<PriorityClass>>,
-    pod_disruption_budgets: Arc<Store<PodDisruptionBudget>>,
+    namespaces: Store<Namespace>,
+    services: Store<Service>,
+    replication_controllers: Store<ReplicationController>,
+    replica_sets: Store<ReplicaSet>,
+    stateful_sets: Store<StatefulSet>,
+    priority_classes: Store<PriorityClass>,
+    pod_disruption_budgets: Store<PodDisruptionBudget>,
 }
 
 impl ClusterListers for InformerListers {
@@ -193,7 +192,24 @@ pub async fn run_unelected_with_metrics(
     metrics: SchedulerMetrics,
 ) -> anyhow::Result<()> {
     config.validate()?;
-    let listers = Arc::new(InformerListers::default());
+    // Informers for the kinds plugins read.
+    let mut tasks = tokio::task::JoinSet::new();
+    macro_rules! side_informer {
+        ($ty:ty) => {{
+            let i = informer::informer::<$ty>(&client, |_| {});
+            tasks.spawn(i.clone().run());
+            i.store().clone()
+        }};
+    }
+    let listers = Arc::new(InformerListers {
+        namespaces: side_informer!(Namespace),
+        services: side_informer!(Service),
+        replication_controllers: side_informer!(ReplicationController),
+        replica_sets: side_informer!(ReplicaSet),
+        stateful_sets: side_informer!(StatefulSet),
+        priority_classes: side_informer!(PriorityClass),
+        pod_disruption_budgets: side_informer!(PodDisruptionBudget),
+    });
     let handle = Handle {
         api: Arc::new(KubeApi::new(client.clone())),
         listers: listers.clone(),
@@ -219,26 +235,9 @@ pub async fn run_unelected_with_metrics(
     let pending_source: Arc<dyn crate::framework::metrics::PendingPodsSource> = queue.clone();
     handle.metrics.set_pending_pods_source(Arc::downgrade(&pending_source));
 
-    // Informers for the kinds plugins read.
-    let mut tasks = tokio::task::JoinSet::new();
-    macro_rules! side_informer {
-        ($store:expr, $ty:ty) => {{
-            let api: Api<$ty> = Api::all(client.clone());
-            tasks.spawn(informer::run(api, $store.clone(), Arc::new(tokio::sync::Notify::new()), |_| {}));
-        }};
-    }
-    side_informer!(listers.namespaces, Namespace);
-    side_informer!(listers.services, Service);
-    side_informer!(listers.replication_controllers, ReplicationController);
-    side_informer!(listers.replica_sets, ReplicaSet);
-    side_informer!(listers.stateful_sets, StatefulSet);
-    side_informer!(listers.priority_classes, PriorityClass);
-    side_informer!(listers.pod_disruption_budgets, PodDisruptionBudget);
-
-    let nodes_synced = Arc::new(tokio::sync::Notify::new());
-    {
+    let nodes = {
         let (cache, queue) = (cache.clone(), queue.clone());
-        tasks.spawn(informer::run(Api::<Node>::all(client.clone()), Arc::default(), nodes_synced.clone(), move |c| {
+        informer::informer::<Node>(&client, move |c| {
             match c {
                 Change::Add(n) => {
                     cache.add_node((*n).clone());
@@ -257,10 +256,10 @@ pub async fn run_unelected_with_metrics(
                 }
                 Change::Delete(n) => cache.remove_node(n.metadata.name.as_deref().unwrap_or("")),
             }
-        }));
-    }
-    let pods_synced = Arc::new(tokio::sync::Notify::new());
-    {
+        })
+    };
+    tasks.spawn(nodes.clone().run());
+    let pods = {
         let (cache, queue, listers, waiting) =
             (cache.clone(), queue.clone(), listers.clone(), handle.waiting_pods.clone());
         let responsible = move |p: &Pod| {
@@ -325,8 +324,9 @@ pub async fn run_unelected_with_metrics(
                 }
             }
         };
-        tasks.spawn(informer::run(Api::<Pod>::all(client.clone()), Arc::default(), pods_synced.clone(), handler));
-    }
+        informer::informer::<Pod>(&client, handler)
+    };
+    tasks.spawn(pods.clone().run());
 
     // Queue timers: backoff every second, the unschedulable pool every 30 seconds.
     {
@@ -345,8 +345,8 @@ pub async fn run_unelected_with_metrics(
         });
     }
 
-    nodes_synced.notified().await;
-    pods_synced.notified().await;
+    nodes.wait_for_sync().await;
+    pods.wait_for_sync().await;
     tracing::info!(nodes = cache.counts().0, "scheduler caches synced; scheduling");
 
     let shared = Shared { cache, queue: queue.clone(), handle };

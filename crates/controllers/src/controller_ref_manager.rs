@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use skiff_runtime::api::{ApiClient, ApiError, ApiResource, PatchType, is_not_found};
 use crate::util::controller_of;
+use skiff_runtime::api::{ApiClient, ApiError, ApiResource, PatchType, is_not_found};
 
 /// What to do with one candidate object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,17 +9,17 @@ use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
-use skiff_runtime::api::{ApiClient, KubeApi};
-use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
 use crate::deployment::{DeploymentController, MAX_RETRIES};
-use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
 use crate::garbagecollector::GarbageCollector;
-use skiff_runtime::informer::SharedInformerFactory;
-use skiff_runtime::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
-use skiff_runtime::metrics::ControllerMetrics;
 use crate::namespace::NamespaceController;
 use crate::replicaset::ReplicaSetController;
 use crate::serviceaccount::ServiceAccountsController;
+use skiff_runtime::api::{ApiClient, KubeApi};
+use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
+use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
+use skiff_runtime::informer::SharedInformerFactory;
+use skiff_runtime::leaderelection::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use skiff_runtime::metrics::ControllerMetrics;
 use skiff_runtime::workqueue::WorkQueue;
 
 /// Settings of the controller manager; defaults are kube-controller-manager's.

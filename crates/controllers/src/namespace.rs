@@ -22,13 +22,13 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Namespace, NamespaceCondition, Pod};
 use serde_json::Value;
 
+use crate::util::{Clock, system_clock, time};
 use skiff_runtime::api::{
     ApiClient, ApiClientExt, ApiError, DeleteOptions, DiscoveredResource, PropagationPolicy, is_conflict,
     is_method_not_supported, is_not_found, resource_of,
 };
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
 use skiff_runtime::informer::{HandlerFns, Informer, SharedInformerFactory};
-use crate::util::{Clock, system_clock, time};
 use skiff_runtime::workqueue::WorkQueue;
 
 /// The finalizer the namespace controller owns (`v1.FinalizerKubernetes`).

@@ -25,20 +25,22 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use skiff_apimachinery::LabelSelector;
 
+use crate::controller_ref_manager::{Claimant, claim};
+use crate::controller_utils::{
+    Expectations, SLOW_START_INITIAL_BATCH_SIZE, pod_from_template, pods_to_delete, slow_start_batch,
+};
+use crate::util::{
+    Clock, controller_of, is_pod_active, is_pod_available, is_pod_ready, labels_of, name_of, new_controller_ref,
+    selector_of, system_clock, time, uid_of,
+};
 use skiff_runtime::api::{
     ApiClient, ApiClientExt, ApiError, DeleteOptions, NAMESPACE_TERMINATING_CAUSE, has_status_cause, is_not_found,
     resource_of,
 };
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
-use crate::controller_ref_manager::{Claimant, claim};
-use crate::controller_utils::{
-    Expectations, SLOW_START_INITIAL_BATCH_SIZE, pod_from_template, pods_to_delete, slow_start_batch,
-};
 use skiff_runtime::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder, reasons};
-use skiff_runtime::informer::{Informer, OWNER_UID_INDEX, ResourceEventHandler, SharedInformerFactory, key_of, split_key};
-use crate::util::{
-    Clock, controller_of, is_pod_active, is_pod_available, is_pod_ready, labels_of, name_of, new_controller_ref,
-    selector_of, system_clock, time, uid_of,
+use skiff_runtime::informer::{
+    Informer, OWNER_UID_INDEX, ResourceEventHandler, SharedInformerFactory, key_of, split_key,
 };
 use skiff_runtime::workqueue::WorkQueue;
 
@@ -613,8 +615,8 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
-    use skiff_runtime::fake::FakeApi;
     use crate::util::{add_seconds, fixed_clock};
+    use skiff_runtime::fake::FakeApi;
 
     fn now() -> Timestamp {
         Timestamp::from_second(1_700_000_000).unwrap()

@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use skiff_apimachinery::LabelSelector;

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus, Sec
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
-use skiff_runtime::events::{EventBroadcaster, EventRecorder, EventSource};
 use skiff_runtime::api::KubeApi;
+use skiff_runtime::events::{EventBroadcaster, EventRecorder, EventSource};
 
 use crate::Error;
 

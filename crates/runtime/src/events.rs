@@ -692,7 +692,8 @@ mod tests {
     fn an_event_with_an_action_carries_it_with_a_microsecond_event_time_and_its_reporting_instance() {
         let t = Timestamp::from_microsecond(1_700_000_000_123_456).unwrap();
         let kubelet = EventSource { component: "kubelet".into(), host: "node1".into() };
-        let e = make_action_event(&kubelet, &deployment_ref(), "Normal", "Started", "Started", "Started container c", t);
+        let e =
+            make_action_event(&kubelet, &deployment_ref(), "Normal", "Started", "Started", "Started container c", t);
         assert_eq!(e.action.as_deref(), Some("Started"));
         assert_eq!(e.event_time, Some(MicroTime(t)));
         assert_eq!(e.reporting_instance.as_deref(), Some("node1"));

@@ -42,4 +42,3 @@ pub fn object_reference<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReferen
         ..Default::default()
     }
 }
-

@@ -237,25 +237,23 @@ pub async fn run_unelected_with_metrics(
 
     let nodes = {
         let (cache, queue) = (cache.clone(), queue.clone());
-        informer::informer::<Node>(&client, move |c| {
-            match c {
-                Change::Add(n) => {
-                    cache.add_node((*n).clone());
-                    queue.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD);
-                }
-                Change::Update(old, new) => {
-                    cache.add_node((*new).clone());
-                    let action = node_update_actions(&old, &new);
-                    if action.0 != 0 {
-                        queue.move_all_to_active_or_backoff(ClusterEvent {
-                            resource: EventResource::Node,
-                            action,
-                            label: "NodeUpdate",
-                        });
-                    }
-                }
-                Change::Delete(n) => cache.remove_node(n.metadata.name.as_deref().unwrap_or("")),
+        informer::informer::<Node>(&client, move |c| match c {
+            Change::Add(n) => {
+                cache.add_node((*n).clone());
+                queue.move_all_to_active_or_backoff(ClusterEvent::NODE_ADD);
             }
+            Change::Update(old, new) => {
+                cache.add_node((*new).clone());
+                let action = node_update_actions(&old, &new);
+                if action.0 != 0 {
+                    queue.move_all_to_active_or_backoff(ClusterEvent {
+                        resource: EventResource::Node,
+                        action,
+                        label: "NodeUpdate",
+                    });
+                }
+            }
+            Change::Delete(n) => cache.remove_node(n.metadata.name.as_deref().unwrap_or("")),
         })
     };
     tasks.spawn(nodes.clone().run());

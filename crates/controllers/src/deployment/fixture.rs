@@ -16,11 +16,11 @@ use serde_json::Value;
 
 use super::DeploymentController;
 use super::util::*;
+use crate::util::{add_seconds, fixed_clock, new_controller_ref};
 use skiff_runtime::controller::ReconcileResult;
 use skiff_runtime::events::EventRecorder;
 use skiff_runtime::fake::FakeApi;
 use skiff_runtime::informer::SharedInformerFactory;
-use crate::util::{add_seconds, fixed_clock, new_controller_ref};
 use skiff_runtime::workqueue::WorkQueue;
 
 /// The fixed "now" of every deployment test.

@@ -34,14 +34,14 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use skiff_runtime::api::{ApiClient, ApiClientExt, ApiError, resource_of};
-use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
 use crate::controller_ref_manager::{Claimant, claim};
-use skiff_runtime::events::{EVENT_TYPE_WARNING, EventRecorder, reasons as event_reasons};
-use skiff_runtime::informer::{Informer, OWNER_UID_INDEX, ResourceEventHandler, SharedInformerFactory, key_of};
 use crate::util::{
     Clock, controller_of, labels_of, name_of, new_controller_ref, selector_of, selects_everything, system_clock, uid_of,
 };
+use skiff_runtime::api::{ApiClient, ApiClientExt, ApiError, resource_of};
+use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
+use skiff_runtime::events::{EVENT_TYPE_WARNING, EventRecorder, reasons as event_reasons};
+use skiff_runtime::informer::{Informer, OWNER_UID_INDEX, ResourceEventHandler, SharedInformerFactory, key_of};
 use skiff_runtime::workqueue::WorkQueue;
 
 /// Retries of one key before it is dropped (`maxRetries`).

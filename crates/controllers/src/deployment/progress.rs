@@ -16,8 +16,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::DeploymentController;
 use super::sync::calculate_status;
 use super::util::*;
-use skiff_runtime::controller::{Action, ReconcileResult};
 use crate::util::name_of;
+use skiff_runtime::controller::{Action, ReconcileResult};
 
 /// `getReplicaFailures`: the ReplicaFailure conditions of the new ReplicaSet, or else of any
 /// ReplicaSet, as Deployment conditions.

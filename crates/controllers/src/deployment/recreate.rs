@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::DeploymentController;
 use super::sync::all_rss;
 use super::util::*;
-use skiff_runtime::controller::{ReconcileError, ReconcileResult};
 use crate::util::{controller_of, labels_of, pod_phase, selector_of, uid_of};
+use skiff_runtime::controller::{ReconcileError, ReconcileResult};
 
 impl DeploymentController {
     /// `rolloutRecreate`.

@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use super::DeploymentController;
 use super::sync::all_rss;
 use super::util::*;
+use crate::util::name_of;
 use skiff_runtime::api::ApiClientExt;
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult};
 use skiff_runtime::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, reasons as event_reasons};
-use crate::util::name_of;
 
 /// `getRollbackTo`: the requested revision, if the annotation is present and numeric.
 pub fn get_rollback_to(d: &Deployment) -> Option<i64> {

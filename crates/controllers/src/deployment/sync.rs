@@ -9,10 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::DeploymentController;
 use super::rollback::get_rollback_to;
 use super::util::*;
+use crate::util::{controller_of, name_of, new_controller_ref, uid_of};
 use skiff_runtime::api::{ApiClientExt, DeleteOptions, is_already_exists, is_not_found};
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult};
 use skiff_runtime::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, reasons as event_reasons};
-use crate::util::{controller_of, name_of, new_controller_ref, uid_of};
 
 /// Every ReplicaSet, old ones first (the `append(oldRSs, newRS)` of the Go code).
 pub(crate) fn all_rss<'a>(old: &'a [ReplicaSet], new_rs: Option<&'a ReplicaSet>) -> Vec<&'a ReplicaSet> {
@@ -266,7 +266,9 @@ impl DeploymentController {
                     }
                 }
             }
-            Err(e) if skiff_runtime::api::has_status_cause(&e, skiff_runtime::api::NAMESPACE_TERMINATING_CAUSE) => return Err(e.into()),
+            Err(e) if skiff_runtime::api::has_status_cause(&e, skiff_runtime::api::NAMESPACE_TERMINATING_CAUSE) => {
+                return Err(e.into());
+            }
             Err(e) => {
                 let msg = format!("Failed to create new replica set {name:?}: {}", e.message);
                 if has_progress_deadline(d) {

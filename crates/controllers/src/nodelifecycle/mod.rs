@@ -272,16 +272,8 @@ pub async fn run_node_lifecycle_controller(client: Client, cfg: NodeLifecycleCon
     let assigned = watcher::Config::default().fields("spec.nodeName!=");
     let pods = informer(Api::<Pod>::all(client.clone()), assigned, &mut tasks).await;
     let recorder = EventRecorder::new(client.clone(), COMPONENT);
-    let mut ctl = Controller {
-        client,
-        cfg,
-        nodes,
-        leases,
-        pods,
-        recorder,
-        health: HashMap::new(),
-        limiters: HashMap::new(),
-    };
+    let mut ctl =
+        Controller { client, cfg, nodes, leases, pods, recorder, health: HashMap::new(), limiters: HashMap::new() };
     let mut monitor = tokio::time::interval(ctl.cfg.node_monitor_period);
     let mut taints = tokio::time::interval(ctl.cfg.taint_manager_period);
     monitor.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -413,10 +413,11 @@ impl Controller {
         // The node as this controller sees it: copied only when its Ready condition must be
         // overridden (most nodes are healthy, and this runs for every node every period).
         let mut view = Cow::Borrowed(node);
-        if ready.as_deref() == Some("Unknown") && condition_status(node, "Ready").as_deref() != Some("Unknown") {
-            if let Some(cs) = view.to_mut().status.as_mut().and_then(|s| s.conditions.as_mut()) {
-                cs.iter_mut().filter(|c| c.type_ == "Ready").for_each(|c| c.status = "Unknown".into());
-            }
+        if ready.as_deref() == Some("Unknown")
+            && condition_status(node, "Ready").as_deref() != Some("Unknown")
+            && let Some(cs) = view.to_mut().status.as_mut().and_then(|s| s.conditions.as_mut())
+        {
+            cs.iter_mut().filter(|c| c.type_ == "Ready").for_each(|c| c.status = "Unknown".into());
         }
         let existing: Vec<Taint> = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
         let managed = |k: &str| {

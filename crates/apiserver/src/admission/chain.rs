@@ -56,6 +56,9 @@ const QUOTA_ATTEMPTS: usize = 8;
 /// (storage segment, namespace, name) of an object read from the store on a cache miss.
 type OverlayKey = (String, String, String);
 
+/// The last listing of each (storage, namespace): the cache revision it was taken at and its objects.
+type CachedListings = HashMap<(String, String), (i64, Vec<Arc<Value>>)>;
+
 /// [`AdmissionLookup`] over the watch caches, with store reads made on cache misses layered on
 /// top for a short while.
 pub struct CacheLookup {
@@ -64,7 +67,7 @@ pub struct CacheLookup {
     /// The last listing of each (storage, namespace) and the cache revision it was taken at:
     /// every pod create lists PriorityClasses, LimitRanges and ResourceQuotas, which rarely
     /// change, so a listing is reused while its cache has not moved.
-    lists: Mutex<HashMap<(String, String), (i64, Vec<Arc<Value>>)>>,
+    lists: Mutex<CachedListings>,
 }
 
 impl CacheLookup {

@@ -11,6 +11,10 @@
 //! `NamedAny` whose `yaml` holds the value as YAML (kubectl parses vendor extensions from that
 //! text), and parameters are split by `in` into body, query, form-data, path and header kinds.
 
+// The messages mirror gnostic's .proto: variant names and oneof layouts are its own, and
+// prost encodes a oneof's message inline, so the lints about them do not apply.
+#![allow(clippy::large_enum_variant, clippy::enum_variant_names)]
+
 use prost::Message;
 use serde_json::{Map, Value};
 

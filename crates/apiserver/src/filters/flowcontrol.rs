@@ -72,19 +72,23 @@ impl MaxInFlight {
     }
 
     /// Takes a seat for a request of `kind`: `Ok(None)` when its pool is unlimited,
-    /// `Ok(Some(permit))` for a seat held until the permit drops, `Err(())` when the pool is
-    /// full.
-    pub fn try_acquire(&self, kind: RequestKind) -> Result<Option<OwnedSemaphorePermit>, ()> {
+    /// `Ok(Some(permit))` for a seat held until the permit drops, `Err(PoolFull)` when the pool
+    /// is full.
+    pub fn try_acquire(&self, kind: RequestKind) -> Result<Option<OwnedSemaphorePermit>, PoolFull> {
         let pool = match kind {
             RequestKind::ReadOnly => &self.readonly,
             RequestKind::Mutating => &self.mutating,
         };
         match pool {
             None => Ok(None),
-            Some(s) => s.clone().try_acquire_owned().map(Some).map_err(|_| ()),
+            Some(s) => s.clone().try_acquire_owned().map(Some).map_err(|_| PoolFull),
         }
     }
 }
+
+/// Every seat of a request's pool is taken: the request gets 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolFull;
 
 /// Whether a request is long-running (a watch, or a streaming subresource) from its path and
 /// query, as kube-apiserver's request info would classify it.
@@ -130,7 +134,7 @@ pub async fn max_in_flight(State(limits): State<Arc<MaxInFlight>>, req: Request<
             drop(seat);
             resp
         }
-        Err(()) => {
+        Err(PoolFull) => {
             let privileged = req
                 .extensions()
                 .get::<PeerIdentity>()

@@ -267,10 +267,14 @@ fn encode_stored(obj: &mut Value) -> Result<Vec<u8>, ApiError> {
     Ok(encode_stored_with_metadata_end(obj)?.0)
 }
 
+/// Stored bytes and, when there is a top-level `metadata` object, the offset of its closing
+/// brace and whether it is empty.
+type EncodedWithMetadataEnd = (Vec<u8>, Option<(usize, bool)>);
+
 /// [`encode_stored`], plus the offset of the closing brace of the top-level `metadata` object
 /// in the bytes (when there is one) and whether that object is empty: where
 /// [`with_resource_version`] puts the `resourceVersion` a write assigns.
-fn encode_stored_with_metadata_end(obj: &mut Value) -> Result<(Vec<u8>, Option<(usize, bool)>), ApiError> {
+fn encode_stored_with_metadata_end(obj: &mut Value) -> Result<EncodedWithMetadataEnd, ApiError> {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         m.remove("selfLink");
@@ -300,7 +304,9 @@ fn encode_stored_with_metadata_end(obj: &mut Value) -> Result<(Vec<u8>, Option<(
         other => (serde_json::to_vec(other).map_err(internal)?, None),
     };
     if bytes.len() > skiff_store::MAX_VALUE_BYTES {
-        return Err(ApiError::too_large("Request entity too large: limit is 3145728"));
+        // The store's value limit (etcd's --max-request-bytes), not the 3 MiB body limit: say
+        // what kube-apiserver says when etcd refuses the write.
+        return Err(ApiError::too_large("etcdserver: request is too large"));
     }
     Ok((bytes, metadata_end))
 }

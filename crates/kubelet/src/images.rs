@@ -126,11 +126,10 @@ pub async fn ensure_image(
             message: format!("Container image {image:?} is not present with pull policy of Never"),
         });
     }
-    if let Some(remaining) = backoff.lock().in_backoff_since_update(backoff_key, Instant::now()) {
-        return Err(ImageError {
-            reason: "ImagePullBackOff",
-            message: format!("Back-off pulling image {image:?} (next attempt in {}s)", remaining.as_secs().max(1)),
-        });
+    // The message stays the same for the whole back-off, as the kubelet's ("Back-off pulling
+    // image %q"): a countdown in it would make every sync a new Event and a new status write.
+    if backoff.lock().in_backoff_since_update(backoff_key, Instant::now()).is_some() {
+        return Err(ImageError { reason: "ImagePullBackOff", message: format!("Back-off pulling image {image:?}") });
     }
     on_pull();
     let started = Instant::now();
@@ -294,6 +293,47 @@ mod tests {
             image_pull_policy: policy.map(str::to_string),
             ..Default::default()
         }
+    }
+
+    /// Has no image and fails every pull, as a node without a registry does.
+    struct Unreachable;
+
+    #[async_trait::async_trait]
+    impl ImageService for Unreachable {
+        async fn image_status(&self, _image: &str) -> Result<Option<k8s_cri::v1::Image>, crate::cri::CriError> {
+            Ok(None)
+        }
+        async fn pull_image(
+            &self,
+            _image: &str,
+            _sandbox: Option<k8s_cri::v1::PodSandboxConfig>,
+        ) -> Result<String, crate::cri::CriError> {
+            Err(crate::cri::CriError::Status {
+                op: "PullImage",
+                code: tonic::Code::Unavailable,
+                message: "no route".into(),
+            })
+        }
+        async fn list_images(&self) -> Result<Vec<k8s_cri::v1::Image>, crate::cri::CriError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pull_in_back_off_reports_the_same_message_on_every_sync() {
+        let backoff = parking_lot::Mutex::new(Backoff::new(
+            std::time::Duration::from_secs(60),
+            std::time::Duration::from_secs(300),
+        ));
+        let container = c("registry.example/app:1", None);
+        let first = ensure_image(&Unreachable, &container, &backoff, "k", || {}).await.unwrap_err();
+        assert_eq!(first.reason, "ErrImagePull");
+        let second = ensure_image(&Unreachable, &container, &backoff, "k", || {}).await.unwrap_err();
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        let third = ensure_image(&Unreachable, &container, &backoff, "k", || {}).await.unwrap_err();
+        assert_eq!(second.reason, "ImagePullBackOff");
+        assert_eq!(second, third, "one message for the whole back-off, so Events aggregate");
+        assert_eq!(second.message, "Back-off pulling image \"registry.example/app:1\"");
     }
 
     #[test]

@@ -466,17 +466,20 @@ pub fn remove_pod_masquerade(pod_cidr: &str) {
 /// The pod CIDR of the CNI conflist written by [`ContainerdConfig::write_files`] for the
 /// containerd under `paths`, if there is one.
 pub fn written_pod_cidr(paths: &ContainerdPaths) -> Option<String> {
+    written_conflist(paths)?["plugins"][0]["ipam"]["ranges"][0][0]["subnet"].as_str().map(str::to_string)
+}
+
+/// The CNI conflist written by [`ContainerdConfig::write_files`] for the containerd under
+/// `paths`, parsed; `None` when there is none or it is not JSON.
+fn written_conflist(paths: &ContainerdPaths) -> Option<serde_json::Value> {
     let text = std::fs::read_to_string(paths.cni_conf_dir().join(CNI_CONFLIST)).ok()?;
-    let conf: serde_json::Value = serde_json::from_str(&text).ok()?;
-    conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"].as_str().map(str::to_string)
+    serde_json::from_str(&text).ok()
 }
 
 /// The bridge named by the CNI conflist written by [`ContainerdConfig::write_files`] for the
 /// containerd under `paths`, if there is one.
 pub fn written_bridge(paths: &ContainerdPaths) -> Option<String> {
-    let text = std::fs::read_to_string(paths.cni_conf_dir().join(CNI_CONFLIST)).ok()?;
-    let conf: serde_json::Value = serde_json::from_str(&text).ok()?;
-    conf["plugins"][0]["bridge"].as_str().map(str::to_string)
+    written_conflist(paths)?["plugins"][0]["bridge"].as_str().map(str::to_string)
 }
 
 /// The IPv4 addresses (`ADDRESS/PREFIX`) in `ip -j -4 addr show` output.

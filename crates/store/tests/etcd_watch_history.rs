@@ -63,11 +63,26 @@ where
     }
 }
 
-async fn writer(store: Arc<EtcdBackend>, w: usize, log: Arc<parking_lot::Mutex<Vec<Write>>>, acked: Arc<AtomicUsize>) {
+async fn writer(
+    store: Arc<EtcdBackend>,
+    w: usize,
+    log: Arc<parking_lot::Mutex<Vec<Write>>>,
+    acked: Arc<AtomicUsize>,
+    compactions: Arc<AtomicUsize>,
+) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64);
     // (value, mod_revision) of each key this writer owns; None when absent.
     let mut state: Vec<Option<(Vec<u8>, Revision)>> = vec![None; KEYS_PER_WRITER];
     for i in 0..WRITES_PER_WRITER {
+        if i == WRITES_PER_WRITER / 2 {
+            // Half the writes still to come wait for a compaction, so one always lands during
+            // the churn, however the machine's load stretches or squeezes it.
+            let deadline = Instant::now() + DEADLINE;
+            while compactions.load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "writer {w}: no compaction succeeded");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         let k = rng.random_range(0..KEYS_PER_WRITER);
         let prefix = if k % 2 == 0 { "/registry/a/" } else { "/registry/b/" };
         let key = format!("{prefix}w{w}/k{k}");
@@ -167,23 +182,28 @@ async fn etcd_watch_streams_are_ordered_unique_reliable_and_resumable_under_chur
         let task = tokio::spawn(watcher(store.clone(), prefix, start, seed, position, target.clone()));
         watchers.push((prefix, task));
     }
-    let writers: Vec<_> =
-        (0..WRITERS).map(|w| tokio::spawn(writer(store.clone(), w, log.clone(), acked.clone()))).collect();
+    let compacted = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| tokio::spawn(writer(store.clone(), w, log.clone(), acked.clone(), compacted.clone())))
+        .collect();
 
     // Compact behind every watcher while the churn goes on.
     let done = Arc::new(AtomicBool::new(false));
     let compactor = {
-        let (store, positions, done) = (store.clone(), positions.clone(), done.clone());
+        let (store, positions, done, compacted) = (store.clone(), positions.clone(), done.clone(), compacted.clone());
         tokio::spawn(async move {
-            let mut compactions = 0;
             while !done.load(Ordering::SeqCst) {
                 let behind = positions.iter().map(|p| p.load(Ordering::SeqCst)).min().unwrap_or(start);
-                if behind > start && store.compact(behind).await.is_ok() {
-                    compactions += 1;
+                if behind > start {
+                    match store.compact(behind).await {
+                        Ok(_) => {
+                            compacted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => eprintln!("compact at {behind}: {e}"),
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            compactions
         })
     };
 
@@ -217,7 +237,8 @@ async fn etcd_watch_streams_are_ordered_unique_reliable_and_resumable_under_chur
         histories.push((prefix, seen));
     }
     done.store(true, Ordering::SeqCst);
-    let compactions = compactor.await.expect("compactor");
+    compactor.await.expect("compactor");
+    let compactions = compacted.load(Ordering::SeqCst);
 
     // The reference: everything the writers may have written, by revision.
     let log = log.lock().clone();

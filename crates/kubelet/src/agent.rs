@@ -20,6 +20,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
+use kube::discovery::ApiResource;
+use skiff_runtime::informer::{ApiListerWatcher, HandlerFns, Informer, strip_managed_fields};
+use std::sync::Arc;
+
 use crate::Error;
 use crate::containerd::{ContainerdConfig, ManagedContainerd};
 use crate::cri::CriClient;
@@ -409,55 +413,35 @@ async fn sync_node_status(nodes: Api<Node>, template: NodeTemplate, cri: CriClie
     }
 }
 
-/// Watches the pods bound to `node_name` and hands them to the pod workers.
+/// Watches the pods bound to `node_name` and hands them to the pod workers: the kubelet's pod
+/// config source (`pkg/kubelet/config/apiserver.go`) as an [`Informer`] of the runtime crate, whose
+/// relists turn pods gone while the watch was down into deletes.
 async fn watch_pods(client: Client, node_name: String, workers: PodWorkers) {
     let api: Api<Pod> = Api::all(client);
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let mut stream = std::pin::pin!(watcher::watcher(api, cfg));
-    let mut listed: std::collections::HashMap<String, Pod> = std::collections::HashMap::new();
-    let mut relist: Option<std::collections::HashMap<String, Pod>> = None;
-    let ours = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_name.as_str());
-    loop {
-        let event = match stream.try_next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "pod watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        match event {
-            watcher::Event::Init => relist = Some(std::collections::HashMap::new()),
-            watcher::Event::InitApply(p) if ours(&p) => {
-                if let Some(r) = relist.as_mut() {
-                    r.insert(p.uid().unwrap_or_default(), p.clone());
-                }
-                workers.update_pod(p);
-            }
-            watcher::Event::InitDone => {
-                if let Some(r) = relist.take() {
-                    for (uid, p) in listed.iter() {
-                        if !r.contains_key(uid) {
-                            workers.remove_pod(p);
-                        }
-                    }
-                    listed = r;
-                }
-                workers.mark_synced();
-            }
-            watcher::Event::Apply(p) if ours(&p) => {
+    // The informers' default transform drops API-sourced volumes from cached pods; the kubelet
+    // mounts them, so it keeps the whole pod and sheds only managedFields.
+    let source = ApiListerWatcher::new(api, cfg).with_transform(strip_managed_fields::<Pod>);
+    let informer = Arc::new(Informer::with_source(ApiResource::erase::<Pod>(&()), None, source));
+    let handler = {
+        let (add, update, delete) = (workers.clone(), workers.clone(), workers.clone());
+        HandlerFns::new()
+            .on_add(move |p: &Arc<Pod>| add.update_pod(Pod::clone(p)))
+            .on_update(move |_, p: &Arc<Pod>| {
                 tracing::debug!(pod = %p.name_any(), resource_version = ?p.metadata.resource_version, "pod update received");
-                listed.insert(p.uid().unwrap_or_default(), p.clone());
-                workers.update_pod(p);
-            }
-            watcher::Event::Delete(p) => {
-                listed.remove(&p.uid().unwrap_or_default());
-                workers.remove_pod(&p);
-            }
-            _ => {}
+                update.update_pod(Pod::clone(p))
+            })
+            .on_delete(move |p: &Arc<Pod>| delete.remove_pod(p))
+    };
+    informer.add_event_handler(Arc::new(handler));
+    let synced = {
+        let informer = informer.clone();
+        async move {
+            informer.wait_for_sync().await;
+            workers.mark_synced();
         }
-    }
+    };
+    tokio::join!(informer.run(), synced);
 }
 
 #[cfg(test)]

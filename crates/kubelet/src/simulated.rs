@@ -16,7 +16,7 @@
 //! - terminating (`deletionTimestamp` set) → the pod object is deleted with grace period 0 and a
 //!   UID precondition, as a kubelet does once the containers have stopped.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,9 +30,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::discovery::ApiResource;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
+use skiff_runtime::informer::{ApiListerWatcher, HandlerFns, Informer};
 use skiff_runtime::workqueue::WorkQueue;
 use tokio::task::JoinSet;
 
@@ -206,8 +208,9 @@ struct State {
     client: Client,
     by_name: HashMap<String, usize>,
     nodes: Mutex<Vec<SimNode>>,
-    /// Pods bound to our nodes, by "namespace/name".
-    pods: Mutex<HashMap<String, Pod>>,
+    /// Bound pods, by "namespace/name" (the informer's cache; the handlers act only on pods of
+    /// our nodes).
+    pods: Arc<Informer<Pod>>,
     /// Pod IP per pod UID.
     pod_ips: Mutex<HashMap<String, (usize, Ipv4Addr)>>,
     pod_queue: Arc<WorkQueue<String>>,
@@ -272,7 +275,13 @@ impl SimulatedNodes {
                     .map(|n| SimNode { name: n.clone(), ips: IpPool::default(), conditions_since: registered_at })
                     .collect(),
             ),
-            pods: Mutex::new(HashMap::new()),
+            pods: Arc::new(Informer::with_source(
+                ApiResource::erase::<Pod>(&()),
+                None,
+                // Only bound pods concern a node: unbound ones (every pod between its create and
+                // its binding) are filtered out by the server instead of being decoded here.
+                ApiListerWatcher::new(Api::all(client.clone()), watcher::Config::default().fields(BOUND_PODS)),
+            )),
             pod_ips: Mutex::new(HashMap::new()),
             pod_queue: Arc::new(WorkQueue::new()),
             node_queue: Arc::new(WorkQueue::new()),
@@ -332,48 +341,36 @@ fn pod_node(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
+/// Feeds the pod informer's events to the pod workers. The handlers hold the state weakly: it
+/// owns the informer, and dropping the nodes must free both.
 async fn watch_pods(state: Arc<State>) {
-    let api: Api<Pod> = Api::all(state.client.clone());
-    // Only bound pods concern a node: unbound ones (every pod between its create and its
-    // binding) are filtered out by the server instead of being decoded here.
-    let mut stream = watcher::watcher(api, watcher::Config::default().fields(BOUND_PODS)).boxed();
-    let mut relisted: HashSet<String> = HashSet::new();
-    loop {
-        let event = match stream.try_next().await {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "simulated nodes: pod watch failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        match event {
-            watcher::Event::Init => relisted.clear(),
-            watcher::Event::InitApply(pod) => {
-                relisted.insert(pod_key(&pod));
+    let weak = Arc::downgrade(&state);
+    let (on_add, on_update, on_delete) = (weak.clone(), weak.clone(), weak);
+    let handler = HandlerFns::new()
+        .on_add(move |pod: &Arc<Pod>| {
+            if let Some(state) = on_add.upgrade() {
                 apply_pod(&state, pod);
             }
-            watcher::Event::InitDone => {
-                let gone: Vec<Pod> = {
-                    let pods = state.pods.lock();
-                    pods.iter().filter(|(k, _)| !relisted.contains(*k)).map(|(_, p)| p.clone()).collect()
-                };
-                for pod in gone {
-                    forget_pod(&state, &pod);
-                }
-                relisted.clear();
+        })
+        .on_update(move |_, pod: &Arc<Pod>| {
+            if let Some(state) = on_update.upgrade() {
+                apply_pod(&state, pod);
             }
-            watcher::Event::Apply(pod) => apply_pod(&state, pod),
-            watcher::Event::Delete(pod) => forget_pod(&state, &pod),
-        }
-    }
+        })
+        .on_delete(move |pod: &Arc<Pod>| {
+            if let Some(state) = on_delete.upgrade() {
+                forget_pod(&state, pod);
+            }
+        });
+    state.pods.add_event_handler(Arc::new(handler));
+    let informer = Arc::clone(&state.pods);
+    drop(state);
+    informer.run().await;
 }
 
-fn apply_pod(state: &State, mut pod: Pod) {
-    // Kept until the pod is gone: without managedFields, which nothing here reads.
-    pod.metadata.managed_fields = None;
-    let Some(node_idx) = pod_node(&pod).and_then(|n| state.by_name.get(n)).copied() else { return };
+/// A pod of the informer's cache was added or changed: adopt its IP and queue its sync.
+fn apply_pod(state: &State, pod: &Pod) {
+    let Some(node_idx) = pod_node(pod).and_then(|n| state.by_name.get(n)).copied() else { return };
     // Adopt an IP reported earlier (e.g. by a previous run of this process).
     if let (Some(uid), Some(ip)) = (pod.metadata.uid.clone(), pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()))
         && let Ok(ip) = ip.parse::<Ipv4Addr>()
@@ -388,14 +385,11 @@ fn apply_pod(state: &State, mut pod: Pod) {
             state.nodes.lock()[node_idx].ips.mark(ip.octets()[3], true);
         }
     }
-    let key = pod_key(&pod);
-    state.pods.lock().insert(key.clone(), pod);
-    state.pod_queue.add(key);
+    state.pod_queue.add(pod_key(pod));
 }
 
+/// A pod left the informer's cache: release its IP.
 fn forget_pod(state: &State, pod: &Pod) {
-    let key = pod_key(pod);
-    state.pods.lock().remove(&key);
     if let Some(uid) = pod.metadata.uid.as_ref()
         && let Some((node_idx, ip)) = state.pod_ips.lock().remove(uid)
     {
@@ -435,7 +429,7 @@ fn already_reported(pod: &Pod, phase: &str) -> bool {
 }
 
 async fn sync_pod(state: &State, key: &str) -> Result<(), Error> {
-    let Some(pod) = state.pods.lock().get(key).cloned() else { return Ok(()) };
+    let Some(pod) = state.pods.store().get(key) else { return Ok(()) };
     let Some(node_idx) = pod_node(&pod).and_then(|n| state.by_name.get(n)).copied() else { return Ok(()) };
     let api: Api<Pod> = Api::namespaced(state.client.clone(), &pod.namespace().unwrap_or_default());
     if pod.metadata.deletion_timestamp.is_some() {

@@ -1,5 +1,4 @@
-//! Early answers over HTTP/2: a request body the handlers left unread is drained, then the
-//! answer is sent.
+//! Early answers: a request body the handlers left unread is drained, then the answer is sent.
 //!
 //! A request can be answered before its body has been read to its end: 413 past the size
 //! limit, 401/403 before the body matters, 429 from flow control. The handler then drops the
@@ -11,6 +10,12 @@
 //! the connection, this filter reads and discards what is left, up to
 //! [`DRAIN_LIMIT_BYTES`], before the answer goes out; a body larger still is held until the
 //! answer has been sent, so that its reset is at least `NO_ERROR` after a complete answer.
+//!
+//! Over HTTP/1.1 the same holds for a body the handlers began to read (413 past the limit): a
+//! connection closed with unread bytes in its receive buffer is reset, and a client still
+//! writing sees a broken pipe instead of the answer. A body nobody asked for after
+//! `Expect: 100-continue` is left alone: the client has not sent it, and the early answer tells it
+//! not to.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -28,13 +33,20 @@ use parking_lot::Mutex;
 /// size still gets its answer cleanly.
 pub const DRAIN_LIMIT_BYTES: usize = 4 * crate::endpoints::request::MAX_BODY_BYTES;
 
+/// A request body that was dropped unread, and whether a handler had begun to read it.
+struct Parked {
+    body: Body,
+    polled: bool,
+}
+
 /// Where a request body that was dropped unread waits for the response to be sent.
-type Parking = Arc<Mutex<Option<Body>>>;
+type Parking = Arc<Mutex<Option<Parked>>>;
 
 /// The request body as handlers see it: reads through to the real body; when dropped before
 /// its end it parks the real body instead of dropping it.
 struct ParkOnDrop {
     inner: Option<Body>,
+    polled: bool,
     parking: Parking,
 }
 
@@ -43,6 +55,7 @@ impl HttpBody for ParkOnDrop {
     type Error = axum::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        self.polled = true;
         match self.inner.as_mut() {
             Some(body) => Pin::new(body).poll_frame(cx),
             None => Poll::Ready(None),
@@ -63,7 +76,7 @@ impl Drop for ParkOnDrop {
         if let Some(body) = self.inner.take()
             && !body.is_end_stream()
         {
-            *self.parking.lock() = Some(body);
+            *self.parking.lock() = Some(Parked { body, polled: self.polled });
         }
     }
 }
@@ -92,22 +105,31 @@ impl HttpBody for HoldParked {
     }
 }
 
-/// Middleware (outermost): for an HTTP/2 request whose body has not been fully received,
-/// drains whatever the handlers leave unread before the answer goes out (see the module
-/// docs). Requests without a pending body (every GET, most small writes) pass through.
+/// Middleware (outermost): for a request whose body has not been fully received, drains
+/// whatever the handlers leave unread before the answer goes out (see the module docs).
+/// Requests without a pending body (every GET, most small writes) pass through.
 pub async fn drain_unread_request_body(req: Request, next: Next) -> Response {
-    if req.version() != axum::http::Version::HTTP_2 || req.body().is_end_stream() {
+    if req.body().is_end_stream() {
         return next.run(req).await;
     }
+    let awaits_continue = req.version() < axum::http::Version::HTTP_2
+        && req
+            .headers()
+            .get(axum::http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     let parking: Parking = Arc::default();
-    let req = req.map(|body| Body::new(ParkOnDrop { inner: Some(body), parking: parking.clone() }));
+    let req = req.map(|body| Body::new(ParkOnDrop { inner: Some(body), polled: false, parking: parking.clone() }));
     let response = next.run(req).await;
     let unread = parking.lock().take();
-    let Some(mut unread) = unread else { return response };
+    let Some(Parked { body: mut unread, polled }) = unread else { return response };
+    if awaits_continue && !polled {
+        // Never asked for, so never sent: nothing to drain.
+        return response;
+    }
     if drain(&mut unread, DRAIN_LIMIT_BYTES).await {
         return response;
     }
-    *parking.lock() = Some(unread);
+    *parking.lock() = Some(Parked { body: unread, polled });
     response.map(|body| Body::new(HoldParked { inner: body, _parking: parking }))
 }
 
@@ -134,7 +156,7 @@ mod tests {
         // A body whose end never comes, as a client's still being sent.
         let body = Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
         let parking: Parking = Arc::default();
-        let request_body = ParkOnDrop { inner: Some(body), parking: parking.clone() };
+        let request_body = ParkOnDrop { inner: Some(body), polled: false, parking: parking.clone() };
         drop(request_body);
         assert!(parking.lock().is_some(), "the unread body is parked, not dropped");
         let response = HoldParked { inner: Body::empty(), _parking: parking.clone() };
@@ -152,10 +174,49 @@ mod tests {
         assert!(!drain(&mut endless, 4096).await, "an endless body is given up on past the limit");
     }
 
+    /// A router behind the middleware whose one route answers 403 without reading the body.
+    fn refusing_router() -> axum::Router {
+        axum::Router::new()
+            .route("/", axum::routing::post(|| async { axum::http::StatusCode::FORBIDDEN }))
+            .layer(axum::middleware::from_fn(drain_unread_request_body))
+    }
+
+    fn request(version: axum::http::Version, expect_continue: bool, body: Body) -> Request {
+        let mut builder = axum::http::Request::post("/").version(version);
+        if expect_continue {
+            builder = builder.header("expect", "100-continue");
+        }
+        builder.body(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_http1_early_answer_reads_the_rest_of_a_body_the_client_sends_anyway() {
+        use tower::ServiceExt as _;
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+        tx.send(Ok(Bytes::from_static(b"{\"kind\":"))).await.unwrap();
+        let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let answer = tokio::spawn(refusing_router().oneshot(request(axum::http::Version::HTTP_11, false, body)));
+        tokio::task::yield_now().await;
+        assert!(!answer.is_finished(), "the answer waits for the rest of the body");
+        tx.send(Ok(Bytes::from_static(b"\"ConfigMap\"}"))).await.unwrap();
+        drop(tx);
+        let response = answer.await.unwrap().unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::FORBIDDEN);
+    }
+
+    #[tokio::test]
+    async fn an_http1_body_never_asked_for_after_expect_100_continue_is_not_waited_for() {
+        use tower::ServiceExt as _;
+        // The client waits for 100 Continue before sending: this body would never come.
+        let body = Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>());
+        let response = refusing_router().oneshot(request(axum::http::Version::HTTP_11, true, body)).await.unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::FORBIDDEN);
+    }
+
     #[tokio::test]
     async fn a_body_read_to_its_end_is_not_parked() {
         let parking: Parking = Arc::default();
-        let request_body = ParkOnDrop { inner: Some(Body::from("done")), parking: parking.clone() };
+        let request_body = ParkOnDrop { inner: Some(Body::from("done")), polled: false, parking: parking.clone() };
         let bytes = http_body_util::BodyExt::collect(request_body).await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"done");
         assert!(parking.lock().is_none());

@@ -9,7 +9,8 @@
 //! event recorder, the API client) is `skiff-runtime`.
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`garbagecollector`], [`namespace`],
-//! [`serviceaccount`], and event TTL cleanup, wired together by [`run_controller_manager`]; and
+//! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`]
+//! and event TTL cleanup, wired together by [`run_controller_manager`]; and
 //! [`nodeipam`] and [`nodelifecycle`], which `skiff server` runs on their own (they need
 //! `--cluster-cidr` and `--node-monitor-grace-period`).
 
@@ -17,6 +18,7 @@
 // buy little: errors are the slow path.
 #![allow(clippy::result_large_err)]
 
+pub mod clusterroleaggregation;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;
@@ -26,6 +28,8 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod util;
 

@@ -9,10 +9,13 @@ use futures::FutureExt;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
+use crate::clusterroleaggregation::ClusterRoleAggregationController;
 use crate::deployment::{DeploymentController, MAX_RETRIES};
 use crate::garbagecollector::GarbageCollector;
 use crate::namespace::NamespaceController;
 use crate::replicaset::ReplicaSetController;
+use crate::resourcequota::ResourceQuotaController;
+use crate::rootcacertpublisher::Publisher;
 use crate::serviceaccount::ServiceAccountsController;
 use skiff_runtime::api::{ApiClient, KubeApi};
 use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
@@ -35,6 +38,14 @@ pub struct ControllerManagerConfig {
     pub concurrent_namespace_syncs: usize,
     /// `--concurrent-serviceaccount-syncs` (1).
     pub concurrent_serviceaccount_syncs: usize,
+    /// `--concurrent-resource-quota-syncs` (5).
+    pub concurrent_resource_quota_syncs: usize,
+    /// `--resource-quota-sync-period` (5 min): how often every quota is recomputed.
+    pub resource_quota_sync_period: Duration,
+    /// The cluster CA bundle (PEM) the root CA certificate publisher writes into every
+    /// namespace's `kube-root-ca.crt` (`--root-ca-file`'s content); `None`: the publisher does
+    /// not run.
+    pub root_ca_pem: Option<String>,
     /// Informer resync period (every cached object re-delivered as an update).
     pub resync_period: Duration,
     /// How often the garbage collector re-runs discovery to monitor new resources (30 s).
@@ -47,8 +58,9 @@ pub struct ControllerManagerConfig {
     pub event_ttl_cleanup_period: Duration,
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
-    /// Controllers not to run, by name: `deployment`, `replicaset`, `garbagecollector`,
-    /// `namespace`, `serviceaccount`, `eventttl`.
+    /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
+    /// `deployment`, `replicaset`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `eventttl`.
     pub disabled: Vec<String>,
 }
 
@@ -60,6 +72,9 @@ impl Default for ControllerManagerConfig {
             concurrent_gc_syncs: 20,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 1,
+            concurrent_resource_quota_syncs: crate::resourcequota::DEFAULT_WORKERS,
+            resource_quota_sync_period: crate::resourcequota::DEFAULT_SYNC_PERIOD,
+            root_ca_pem: None,
             resync_period: Duration::from_secs(5 * 60),
             gc_discovery_period: Duration::from_secs(30),
             namespace_deletion_grace: Duration::from_secs(5),
@@ -198,6 +213,25 @@ async fn run_controllers(
         let c = ServiceAccountsController::new(api.clone(), &factory, q.clone());
         pending.push(("serviceaccount", q, c, config.concurrent_serviceaccount_syncs, None));
     }
+    let mut quota_resync = None;
+    if config.enabled("resourcequota") {
+        let q = queue("resourcequota");
+        let c = ResourceQuotaController::new(api.clone(), factory.clone(), q.clone());
+        quota_resync = Some(c.clone());
+        pending.push(("resourcequota", q, c, config.concurrent_resource_quota_syncs, None));
+    }
+    if let Some(ca) = config.root_ca_pem.clone().filter(|_| config.enabled("root-ca-cert-publisher")) {
+        let q = queue("root-ca-cert-publisher");
+        let c = Publisher::new(api.clone(), &factory, q.clone(), ca);
+        // kube-controller-manager runs it with one worker.
+        pending.push(("root-ca-cert-publisher", q, c, 1, None));
+    }
+    if config.enabled("clusterrole-aggregation") {
+        let q = queue("clusterrole-aggregation");
+        let c = ClusterRoleAggregationController::new(api.clone(), &factory, q.clone());
+        // kube-controller-manager runs it with five workers.
+        pending.push(("clusterrole-aggregation", q, c, 5, None));
+    }
 
     factory.start();
     tracing::info!("waiting for informer caches to sync");
@@ -207,6 +241,9 @@ async fn run_controllers(
         guards.push(ShutDownOnDrop(q.clone()));
         let worker_config = WorkerConfig { name: name.to_string(), workers, max_retries };
         tasks.spawn(run_workers(q, c, worker_config, metrics.for_controller(name)));
+    }
+    if let Some(c) = quota_resync {
+        tasks.spawn(c.run_resync(config.resource_quota_sync_period));
     }
     if config.enabled("garbagecollector") {
         // Created after the other controllers so that it reuses their typed informers.

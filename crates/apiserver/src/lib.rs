@@ -318,7 +318,7 @@ impl ApiServer {
         controlplane::bootstrap::priority_classes(&state).await?;
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
         if let Some(security) = security {
-            cache_tasks.extend(security.start(&state, &pki.ca.cert_pem).await?);
+            cache_tasks.extend(security.start(&state).await?);
         }
 
         let router = axum::Router::new()

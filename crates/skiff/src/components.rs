@@ -33,7 +33,8 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
 }
 
 /// kube-controller-manager's role: Deployment, ReplicaSet, garbage collector, namespace,
-/// ServiceAccount and event TTL controllers (leader-elected).
+/// ServiceAccount, resource quota, root CA certificate publisher (`kube-root-ca.crt` holds the
+/// server's CA), ClusterRole aggregation and event TTL controllers (leader-elected).
 ///
 /// Its Prometheus metrics (reconciles, errors, durations, workqueue) are served on the API
 /// server's `/metrics`.
@@ -45,12 +46,10 @@ async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
         let _ = stop.wait_for(|s| *s).await;
     };
     // Registration happens here, synchronously; the lock is released before the manager runs.
-    let manager = skiff_controllers::run_controller_manager_until(
-        ctx.client,
-        Default::default(),
-        &mut ctx.metrics.lock(),
-        shutdown,
-    );
+    let config =
+        skiff_controllers::ControllerManagerConfig { root_ca_pem: Some(ctx.ca_pem.clone()), ..Default::default() };
+    let manager =
+        skiff_controllers::run_controller_manager_until(ctx.client, config, &mut ctx.metrics.lock(), shutdown);
     manager.await
 }
 

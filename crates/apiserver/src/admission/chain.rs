@@ -13,9 +13,10 @@
 //! ResourceQuota usage is kept right two ways, as in Kubernetes: admission-time accounting
 //! (a create is charged to every matching quota and the quotas' `status.used` is written with
 //! compare-and-swap *before* the object is persisted; a conflict re-reads the quota and
-//! charges again), and a quota controller ([`crate::admission::resourcequota::run_quota_controller`]) that recomputes
-//! `status.hard`/`status.used` from the watch caches whenever a quota or a counted object
-//! changes (so deletes release usage and new quotas get their first status).
+//! charges again), and kube-controller-manager's resource quota controller (`skiff-controllers`'
+//! `resourcequota`, a client of the API) that recomputes `status.hard`/`status.used` whenever a
+//! quota or a counted object changes (so deletes release usage and new quotas get their first
+//! status; until then a create charged to a quota without status is refused).
 //!
 //! Watch caches lag the store by a moment: a namespace or service account created just before
 //! the request may not be cached yet, so a miss is checked against the store (and for the

@@ -2,13 +2,12 @@
 //! (k8s.io/apiserver `pkg/admission`,
 //! <https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/>): [`seam`]
 //! is the interface the registry calls, [`chain`] the running server's plugins in
-//! kube-apiserver's order. Beside them run two controllers that keep what the plugins read
-//! current: [`resourcequota`] and [`rootcacertpublisher`].
+//! kube-apiserver's order. What the plugins read but do not write themselves — quota status,
+//! `kube-root-ca.crt` — is kept current by kube-controller-manager's controllers
+//! (`skiff-controllers`' `resourcequota` and `rootcacertpublisher`), as in Kubernetes.
 //!
 //! Admission sits below the registry: it reads the watch caches and the resource table, never
 //! the store's code.
 
 pub mod chain;
-pub mod resourcequota;
-pub mod rootcacertpublisher;
 pub mod seam;

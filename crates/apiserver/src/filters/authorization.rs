@@ -235,32 +235,20 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
 impl Installed {
     /// Connects the handlers to `state`, creates the bootstrap policy (and, with admission, the
     /// system PriorityClasses and default ServiceAccounts), and starts the tasks that follow the
-    /// watch caches: the RBAC snapshot, ClusterRole aggregation, the webhook configurations, the
-    /// quota controller and the `kube-root-ca.crt` publisher (`ca_pem` is the cluster CA).
+    /// watch caches: the RBAC snapshot, the Node authorizer's graph and the webhook
+    /// configurations. (ClusterRole aggregation, quota status and `kube-root-ca.crt` are
+    /// kube-controller-manager's controllers, in `skiff-controllers`.)
     ///
     /// # Errors
     /// A bootstrap object cannot be created.
-    pub async fn start(
-        self,
-        state: &Arc<crate::AppState>,
-        ca_pem: &str,
-    ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    pub async fn start(self, state: &Arc<crate::AppState>) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
         self.slot.set(state);
         let mut tasks = vec![tokio::spawn(feed(self.rbac.clone(), state.caches.clone()))];
         bootstrap_policy(state).await?;
         tasks.extend(self.node.map(|graph| tokio::spawn(crate::filters::node_authz::feed(graph, state.clone()))));
-        tasks.push(tokio::spawn(crate::filters::clusterroleaggregation::run_cluster_role_aggregation(
-            self.rbac.clone(),
-            state.clone(),
-        )));
         if let Some(chain) = self.admission {
             crate::admission::chain::bootstrap(state).await?;
             tasks.push(tokio::spawn(crate::admission::chain::feed_webhooks(chain.webhooks().clone(), state.clone())));
-            tasks.push(tokio::spawn(crate::admission::resourcequota::run_quota_controller(state.clone())));
-            tasks.push(tokio::spawn(crate::admission::rootcacertpublisher::run_root_ca_publisher(
-                state.clone(),
-                ca_pem.to_string(),
-            )));
         }
         Ok(tasks)
     }

@@ -2,11 +2,9 @@
 //! (`DefaultBuildHandlerChain` in k8s.io/apiserver `pkg/server/config.go`):
 //! [`flowcontrol`] (max in flight → 429), [`authentication`] (who is asking),
 //! [`authorization`] (RBAC, impersonation, the security pipeline's installation) with
-//! [`node_authz`] (the Node authorizer and NodeRestriction) in front of it, and
-//! [`clusterroleaggregation`], the controller that keeps aggregated ClusterRoles current.
+//! [`node_authz`] (the Node authorizer and NodeRestriction) in front of it.
 
 pub mod authentication;
 pub mod authorization;
-pub mod clusterroleaggregation;
 pub mod flowcontrol;
 pub mod node_authz;

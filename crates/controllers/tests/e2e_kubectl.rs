@@ -1,7 +1,9 @@
 //! End to end: the real `kubectl` against an in-process API server (SQLite store in a temp
 //! dir, loopback port) with the controller manager, the scheduler and three simulated nodes,
 //! exercising Deployments the way a user does: apply, rollout status, scale, set image,
-//! rollout history/undo/restart/pause/resume, cascading deletes, namespace deletion, events.
+//! rollout history/undo/restart/pause/resume, cascading deletes, namespace deletion, events; and
+//! the controllers that keep what the API server serves current (quota status,
+//! `kube-root-ca.crt`, aggregated ClusterRoles).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -62,6 +64,7 @@ impl Cluster {
         let cm_config = ControllerManagerConfig {
             leader_election: None,
             namespace_deletion_grace: Duration::from_millis(500),
+            root_ca_pem: Some(api.pki().ca.cert_pem.clone()),
             ..Default::default()
         };
         let mut registry = prometheus_client_registry();
@@ -336,10 +339,20 @@ async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
         let config = ControllerManagerConfig {
             leader_election: Some(le),
             // Only the lease matters here: run no controller.
-            disabled: ["deployment", "replicaset", "garbagecollector", "namespace", "serviceaccount", "eventttl"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            disabled: [
+                "deployment",
+                "replicaset",
+                "garbagecollector",
+                "namespace",
+                "serviceaccount",
+                "resourcequota",
+                "root-ca-cert-publisher",
+                "clusterrole-aggregation",
+                "eventttl",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
             ..Default::default()
         };
         let mut registry = prometheus_client_registry();
@@ -389,4 +402,87 @@ fn futures_client(c: &Cluster) -> impl std::future::Future<Output = kube::Client
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
         kube::Client::try_from(config).unwrap()
     }
+}
+
+const QUOTA: &str = r#"
+apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: objects
+  namespace: team
+spec:
+  hard:
+    pods: "5"
+    configmaps: "10"
+    count/deployments.apps: "3"
+"#;
+
+const AGGREGATED_ROLES: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: monitoring
+aggregationRule:
+  clusterRoleSelectors:
+  - matchLabels:
+      example.com/aggregate-to-monitoring: "true"
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: monitoring-endpoints
+  labels:
+    example.com/aggregate-to-monitoring: "true"
+rules:
+- apiGroups: [""]
+  resources: ["endpoints"]
+  verbs: ["get", "list", "watch"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_manager_keeps_quota_status_the_root_ca_bundle_and_aggregated_cluster_roles_current() {
+    let c = Cluster::start().await;
+    let ca = c.api.as_ref().unwrap().pki().ca.cert_pem.clone();
+
+    // root-ca-cert-publisher: every namespace gets the cluster CA.
+    c.ok(&["create", "namespace", "team"]).await;
+    let bundle = c
+        .eventually(&["get", "configmap", "kube-root-ca.crt", "-n", "team", "-o", r"jsonpath={.data.ca\.crt}"], |s| {
+            !s.is_empty()
+        })
+        .await;
+    assert_eq!(bundle.trim(), ca.trim());
+
+    // resourcequota: a new quota gets its status; objects appearing and disappearing (no
+    // admission runs here) are counted by the controller alone.
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(QUOTA)).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let used = ["get", "quota", "objects", "-n", "team", "-o", "jsonpath={.status.used}"];
+    let expect = |pods: u32, cms: u32, deps: u32| {
+        move |s: &str| {
+            let v: serde_json::Value = serde_json::from_str(s).unwrap_or_default();
+            v["pods"] == pods.to_string()
+                && v["configmaps"] == cms.to_string()
+                && v["count/deployments.apps"] == deps.to_string()
+        }
+    };
+    // kube-root-ca.crt is already one ConfigMap.
+    c.eventually(&used, expect(0, 1, 0)).await;
+    c.ok(&["create", "configmap", "settings", "-n", "team", "--from-literal=a=b"]).await;
+    c.ok(&["create", "deployment", "web", "-n", "team", "--image=nginx", "--replicas=0"]).await;
+    c.eventually(&used, expect(0, 2, 1)).await;
+    c.ok(&["delete", "configmap", "settings", "-n", "team"]).await;
+    c.ok(&["delete", "deployment", "web", "-n", "team"]).await;
+    c.eventually(&used, expect(0, 1, 0)).await;
+    let hard = c.ok(&["get", "quota", "objects", "-n", "team", "-o", "jsonpath={.status.hard.pods}"]).await;
+    assert_eq!(hard, "5");
+
+    // clusterrole-aggregation: the aggregated role follows the roles its selector matches.
+    let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(AGGREGATED_ROLES)).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rules = ["get", "clusterrole", "monitoring", "-o", "jsonpath={.rules[*].resources[*]}"];
+    c.eventually(&rules, |s| s == "endpoints").await;
+    c.ok(&["delete", "clusterrole", "monitoring-endpoints"]).await;
+    c.eventually(&rules, str::is_empty).await;
 }

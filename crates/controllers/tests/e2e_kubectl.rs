@@ -459,22 +459,21 @@ async fn the_manager_keeps_quota_status_the_root_ca_bundle_and_aggregated_cluste
     let out = c.kubectl_stdin(&["apply", "-f", "-"], Some(QUOTA)).await;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let used = ["get", "quota", "objects", "-n", "team", "-o", "jsonpath={.status.used}"];
-    let expect = |pods: u32, cms: u32, deps: u32| {
+    // Quantities as the controller prints them.
+    let expect = |pods: &'static str, configmaps: &'static str, deployments: &'static str| {
         move |s: &str| {
             let v: serde_json::Value = serde_json::from_str(s).unwrap_or_default();
-            v["pods"] == pods.to_string()
-                && v["configmaps"] == cms.to_string()
-                && v["count/deployments.apps"] == deps.to_string()
+            v["pods"] == pods && v["configmaps"] == configmaps && v["count/deployments.apps"] == deployments
         }
     };
     // kube-root-ca.crt is already one ConfigMap.
-    c.eventually(&used, expect(0, 1, 0)).await;
+    c.eventually(&used, expect("0", "1", "0")).await;
     c.ok(&["create", "configmap", "settings", "-n", "team", "--from-literal=a=b"]).await;
     c.ok(&["create", "deployment", "web", "-n", "team", "--image=nginx", "--replicas=0"]).await;
-    c.eventually(&used, expect(0, 2, 1)).await;
+    c.eventually(&used, expect("0", "2", "1")).await;
     c.ok(&["delete", "configmap", "settings", "-n", "team"]).await;
     c.ok(&["delete", "deployment", "web", "-n", "team"]).await;
-    c.eventually(&used, expect(0, 1, 0)).await;
+    c.eventually(&used, expect("0", "1", "0")).await;
     let hard = c.ok(&["get", "quota", "objects", "-n", "team", "-o", "jsonpath={.status.hard.pods}"]).await;
     assert_eq!(hard, "5");
 

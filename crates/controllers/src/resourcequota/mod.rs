@@ -297,9 +297,9 @@ impl ResourceQuotaController {
     /// The objects of `namespace` a quota counting `gr` sees, as `(object)` values (whole for
     /// pods, services and claims, metadata otherwise); `None` while a monitor has not listed yet.
     async fn objects(&self, gr: &GroupResource, namespace: &str) -> Result<Option<Vec<Value>>, ReconcileError> {
-        fn whole<K: Serialize>(i: &Informer<K>, ns: &str) -> Option<Vec<Value>>
+        fn whole<K>(i: &Informer<K>, ns: &str) -> Option<Vec<Value>>
         where
-            K: kube::Resource + Clone + Send + Sync + 'static,
+            K: kube::Resource + Serialize + Clone + Send + Sync + 'static,
         {
             Some(i.store().list_namespace(ns).iter().map(|o| to_json(o.as_ref())).collect())
         }

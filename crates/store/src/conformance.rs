@@ -77,6 +77,7 @@ macro_rules! conformance_tests {
             range_by_prefix_honours_limit_and_start_after,
             paginated_range_reads_one_snapshot_while_writes_continue,
             range_at_an_older_revision_returns_that_snapshot,
+            count_counts_the_live_keys_of_a_range_at_its_revision,
             range_at_a_compacted_revision_fails_with_compacted,
             range_at_a_future_revision_fails_with_future_revision,
             compact_is_idempotent_and_rejects_future_revisions,
@@ -574,6 +575,47 @@ pub async fn range_at_an_older_revision_returns_that_snapshot(h: &mut dyn Harnes
         .await
         .expect("range");
     assert_eq!((keys(&page.kvs), page.more, page.revision), (vec![a.as_str()], true, r3));
+}
+
+/// `count` is the number of live keys a range selects at its revision, from `start_after`
+/// on, whatever its limit (what a paginated list reports as `remainingItemCount`); it fails
+/// like `range` at a compacted or future revision.
+pub async fn count_counts_the_live_keys_of_a_range_at_its_revision(h: &mut dyn Harness) {
+    let store = h.open().await;
+    let p = "/registry/configmaps/default/";
+    let mut last = 0;
+    for name in ["a", "b", "c", "d"] {
+        last = store.create(&format!("{p}{name}"), b"v".to_vec()).await.expect("create");
+    }
+    store.create("/registry/configmaps/other/x", b"v".to_vec()).await.expect("create elsewhere");
+    let r4 = last;
+    store.delete(&format!("{p}b"), None).await.expect("delete b");
+    let count = |start_after: Option<&str>, revision: Revision, limit: usize| {
+        let req = RangeRequest {
+            prefix: p.into(),
+            start_after: start_after.map(|k| format!("{p}{k}")),
+            limit,
+            revision,
+        };
+        let store = store.clone();
+        async move { store.count(req).await }
+    };
+    assert_eq!(count(None, 0, 0).await.expect("count now"), 3, "a, c, d: b is deleted");
+    assert_eq!(count(None, 0, 1).await.expect("count with a limit"), 3, "the limit is ignored");
+    assert_eq!(count(Some("a"), 0, 0).await.expect("count after a"), 2);
+    assert_eq!(count(Some("d"), 0, 0).await.expect("count after d"), 0);
+    assert_eq!(count(None, r4, 0).await.expect("count at r4"), 4, "b still existed at r4");
+    assert_eq!(count(Some("a"), r4, 0).await.expect("count after a at r4"), 3);
+    let now = current(&store).await;
+    match count(None, now + 1, 0).await {
+        Err(Error::FutureRevision { requested, .. }) => assert_eq!(requested, now + 1),
+        other => panic!("count at a future revision: expected FutureRevision, got {other:?}"),
+    }
+    store.compact(now).await.expect("compact");
+    match count(None, r4, 0).await {
+        Err(Error::Compacted { requested, .. }) => assert_eq!(requested, r4),
+        other => panic!("count at a compacted revision: expected Compacted, got {other:?}"),
+    }
 }
 
 /// After `compact(C)`, reads below C fail with `Compacted`; the snapshot at C itself stays

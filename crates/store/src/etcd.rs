@@ -696,6 +696,36 @@ impl Backend for EtcdBackend {
         Ok(RangeResponse { kvs, revision, more })
     }
 
+    async fn count(&self, req: RangeRequest) -> Result<i64> {
+        let inner = &self.inner;
+        if req.revision < 0 {
+            return Err(Error::Internal(format!("count at negative revision {}", req.revision)));
+        }
+        let prefix = inner.full_key(&req.prefix);
+        let range_end = prefix_range_end_bytes(&prefix).unwrap_or_else(|| vec![0]);
+        let mut start = prefix;
+        if let Some(after) = &req.start_after {
+            let mut after = inner.full_key(after);
+            after.push(0);
+            if after > start {
+                start = after;
+            }
+        }
+        if start.is_empty() {
+            start = vec![0];
+        }
+        let mut options = GetOptions::new().with_range(range_end).with_count_only();
+        if req.revision > 0 {
+            options = options.with_revision(req.revision);
+        }
+        match inner.range_request("count", start, options).await {
+            Ok(resp) => Ok(resp.count()),
+            Err(Failure::Compacted) => Err(inner.compacted_error(req.revision).await),
+            Err(Failure::FutureRevision) => Err(inner.future_error(req.revision).await),
+            Err(f) => Err(inner.failure_to_error("count", f)),
+        }
+    }
+
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Revision> {
         check_size(&value)?;
         let inner = &self.inner;

@@ -214,6 +214,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Keys under a prefix from one consistent snapshot (see [`RangeRequest`]).
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse>;
 
+    /// The number of keys `req` selects at its revision, ignoring its `limit` (etcd's
+    /// `count` of a range): what a paginated list reports as `remainingItemCount` when asked for
+    /// the keys after its last one. Fails like [`Backend::range`]. The default reads the range;
+    /// backends override it with a count that reads no values.
+    async fn count(&self, req: RangeRequest) -> Result<i64> {
+        let resp = self.range(RangeRequest { limit: 0, ..req }).await?;
+        Ok(resp.kvs.len() as i64)
+    }
+
     /// Creates `key`; fails with [`Error::AlreadyExists`] if it exists. Returns the new
     /// revision (the key's `create_revision` and `mod_revision`).
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Revision>;

@@ -376,6 +376,10 @@ impl Backend for SqliteBackend {
         self.read(move |s, c| read_range(s, c, &req)).await
     }
 
+    async fn count(&self, req: RangeRequest) -> Result<i64> {
+        self.read(move |s, c| read_count(s, c, &req)).await
+    }
+
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Revision> {
         check_value(&value)?;
         match self.submit(WriteOp::Create { key: key.to_string(), value }).await? {
@@ -536,6 +540,33 @@ fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<R
         }
     }
     Ok(RangeResponse { kvs, revision: at, more })
+}
+
+/// The live keys of a range at its revision, counted on the `(key, rev)` index without reading
+/// any value.
+fn read_count(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<i64> {
+    let current = s.current_rev.load(Ordering::SeqCst);
+    let tx = conn.transaction().map_err(|e| s.err(e))?;
+    let compacted = meta(&tx, "compacted").map_err(|e| s.err(e))?;
+    let at = if req.revision <= 0 { current } else { req.revision };
+    if at > current {
+        return Err(Error::FutureRevision { requested: at, current });
+    }
+    if at < compacted {
+        return Err(Error::Compacted { requested: at, compacted });
+    }
+    let (lo, hi) = range_bounds(&req.prefix, req.start_after.as_deref());
+    if lo >= hi {
+        return Ok(0);
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT count(*) FROM kv AS a INDEXED BY kv_key_rev
+             WHERE key >= ?1 AND key < ?2 AND rev <= ?3 AND NOT deleted
+               AND NOT EXISTS (SELECT 1 FROM kv AS b WHERE b.key = a.key AND b.rev > a.rev AND b.rev <= ?3)",
+        )
+        .map_err(|e| s.err(e))?;
+    stmt.query_row(params![lo, hi, at], |r| r.get(0)).map_err(|e| s.err(e))
 }
 
 /// Reads history for a watcher: events under `prefix` with revisions in `(after, upto]`, at

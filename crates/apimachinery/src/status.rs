@@ -33,6 +33,9 @@ pub struct ApiError {
     pub message: String,
     /// `details.group`, `details.kind`, `details.name` when the error is about one object.
     pub details: Option<Details>,
+    /// `metadata.continue` of the Status: the token a 410 for an expired continue token offers
+    /// to list the rest from the latest revision (etcd3 store's `handleCompactedErrorForPaging`).
+    pub continue_token: Option<String>,
 }
 
 /// `metav1.StatusDetails`.
@@ -58,7 +61,7 @@ fn qualified(group: &str, resource: &str) -> String {
 impl ApiError {
     /// An error with no details.
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        Self { code, reason: reason.to_string(), message: message.into(), details: None }
+        Self { code, reason: reason.to_string(), message: message.into(), details: None, continue_token: None }
     }
 
     fn with_details(mut self, group: &str, resource: &str, name: &str) -> Self {
@@ -132,6 +135,29 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
+    /// 504 Timeout for a read at a resourceVersion the server has not reached yet
+    /// (k8s.io/apiserver `storage.NewTooLargeResourceVersionError`): the message says both
+    /// revisions, `details.causes` holds the `ResourceVersionTooLarge` cause client-go's
+    /// reflector looks for, and `retryAfterSeconds` the given seconds (1 from the watch cache,
+    /// 0 — left out — from an exact read of the store).
+    pub fn too_large_resource_version(requested: i64, current: i64, retry_after_seconds: u32) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        e.details = Some(Details {
+            causes: vec![Cause {
+                reason: "ResourceVersionTooLarge".into(),
+                message: "Too large resource version".into(),
+                field: String::new(),
+            }],
+            retry_after_seconds: (retry_after_seconds > 0).then_some(retry_after_seconds),
+            ..Default::default()
+        });
+        e
+    }
+
     /// 413 RequestEntityTooLarge.
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(413, "RequestEntityTooLarge", message)
@@ -178,15 +204,25 @@ impl ApiError {
 
     /// The `metav1.Status` JSON body.
     pub fn to_status(&self) -> Value {
+        let metadata = match &self.continue_token {
+            Some(c) => json!({"continue": c}),
+            None => json!({}),
+        };
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // StatusReasonUnknown is "", which metav1.Status leaves out.
+            if let Some(m) = status.as_object_mut() {
+                m.remove("reason");
+            }
+        }
         if let Some(d) = &self.details {
             let mut details = serde_json::Map::new();
             if !d.name.is_empty() {
@@ -202,7 +238,16 @@ impl ApiError {
                 let causes: Vec<Value> = d
                     .causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        // metav1.StatusCause's fields are all omitempty.
+                        let mut cause = serde_json::Map::new();
+                        for (k, v) in [("reason", &c.reason), ("message", &c.message), ("field", &c.field)] {
+                            if !v.is_empty() {
+                                cause.insert(k.into(), v.clone().into());
+                            }
+                        }
+                        Value::Object(cause)
+                    })
                     .collect();
                 details.insert("causes".into(), causes.into());
             }
@@ -233,6 +278,29 @@ mod tests {
         assert_eq!(s["message"], "deployments.apps \"web\" not found");
         assert_eq!(s["code"], 404);
         assert_eq!(s["details"]["kind"], "deployments");
+    }
+
+    #[test]
+    fn a_too_large_resource_version_is_a_timeout_with_the_resource_version_too_large_cause() {
+        let s = ApiError::too_large_resource_version(120, 100, 1).to_status();
+        assert_eq!(s["code"], 504);
+        assert_eq!(s["reason"], "Timeout");
+        assert_eq!(s["message"], "Timeout: Too large resource version: 120, current: 100");
+        assert_eq!(
+            s["details"],
+            json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1})
+        );
+        let exact = ApiError::too_large_resource_version(120, 100, 0).to_status();
+        assert!(exact["details"].get("retryAfterSeconds").is_none(), "{exact}");
+    }
+
+    #[test]
+    fn a_status_carries_the_continue_token_of_an_expired_list_in_its_metadata() {
+        let mut e = ApiError::gone("too old");
+        assert_eq!(e.to_status()["metadata"], json!({}));
+        e.continue_token = Some("tok".into());
+        assert_eq!(e.to_status()["metadata"], json!({"continue": "tok"}));
     }
 
     #[test]

@@ -449,6 +449,11 @@ fn validate_object_meta(e: &mut Errs, group: &str, kind: &str, o: &Value, namesp
     } else if !namespace.is_empty() {
         e.forbidden("metadata.namespace", "not allowed on this type");
     }
+    if let Some(g) = meta.get("generation").and_then(Value::as_i64)
+        && g < 0
+    {
+        e.invalid("metadata.generation", &Value::from(g), "must be greater than or equal to 0");
+    }
     validate_labels(e, meta.get("labels"), "metadata.labels");
     validate_annotations(e, meta.get("annotations"), "metadata.annotations");
     for (i, f) in arr(meta, "finalizers").iter().enumerate() {
@@ -1623,6 +1628,13 @@ mod tests {
         );
         check("v1", "ConfigMap", json!({"metadata": {"generateName": "web-", "namespace": "default"}}), None, &[]);
         check("v1", "ConfigMap", json!({"metadata": {"name": "a"}}), None, &["metadata.namespace: Required value"]);
+        check(
+            "v1",
+            "ConfigMap",
+            json!({"metadata": {"name": "a", "namespace": "n", "generation": -1}}),
+            None,
+            &["metadata.generation: Invalid value: -1: must be greater than or equal to 0"],
+        );
         check(
             "v1",
             "Namespace",

@@ -141,11 +141,8 @@ impl ApiError {
     /// reflector looks for, and `retryAfterSeconds` the given seconds (1 from the watch cache,
     /// 0 — left out — from an exact read of the store).
     pub fn too_large_resource_version(requested: i64, current: i64, retry_after_seconds: u32) -> Self {
-        let mut e = Self::new(
-            504,
-            "Timeout",
-            format!("Timeout: Too large resource version: {requested}, current: {current}"),
-        );
+        let mut e =
+            Self::new(504, "Timeout", format!("Timeout: Too large resource version: {requested}, current: {current}"));
         e.details = Some(Details {
             causes: vec![Cause {
                 reason: "ResourceVersionTooLarge".into(),

@@ -451,6 +451,323 @@ async fn lists_paginate_over_one_snapshot_and_filter_by_selectors() {
     h.server.shutdown(Duration::from_secs(5)).await;
 }
 
+// Resource version semantics of list
+// (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list).
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// Five ConfigMaps c0..c4 in `default` and their state at `r1`; then c0 is changed, c1 deleted
+/// and c5 created, so the latest state differs from the one at `r1` in every way a snapshot can.
+async fn configmaps_changed_after(c: &kube::Client) -> String {
+    for i in 0..5 {
+        assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm(&format!("c{i}"))).await.code, 201);
+    }
+    let r1 = get(c, "/api/v1/namespaces/default/configmaps").await.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let p = call(
+        c,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/c0",
+        "application/merge-patch+json",
+        Some(br#"{"data":{"k":"changed"}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(p.code, 200, "{}", p.body);
+    assert_eq!(call(c, "DELETE", "/api/v1/namespaces/default/configmaps/c1", "", None, None).await.code, 200);
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("c5")).await.code, 201);
+    r1
+}
+
+#[tokio::test]
+async fn a_list_at_a_resource_version_with_a_limit_is_exact_and_pages_through_that_snapshot() {
+    let h = start().await;
+    let c = &h.client;
+    let r1 = configmaps_changed_after(c).await;
+    // resourceVersion=R with limit and no resourceVersionMatch: Exact.
+    let whole = get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&limit=50")).await;
+    assert_eq!(whole.code, 200, "{}", whole.body);
+    assert_eq!(whole.body["metadata"]["resourceVersion"], r1.as_str());
+    assert_eq!(names(&whole.body), ["c0", "c1", "c2", "c3", "c4"]);
+    assert_eq!(whole.body["items"][0]["data"]["k"], "v", "c0 as it was at R1");
+    assert!(
+        whole.body["metadata"].get("continue").is_none() && whole.body["metadata"].get("remainingItemCount").is_none()
+    );
+    // Paged: every item of the snapshot, across pages, with remainingItemCount.
+    let p1 = get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&limit=2")).await;
+    assert_eq!(p1.code, 200, "{}", p1.body);
+    assert_eq!(names(&p1.body), ["c0", "c1"]);
+    assert_eq!(p1.body["metadata"]["resourceVersion"], r1.as_str());
+    assert_eq!(p1.body["metadata"]["remainingItemCount"], 3);
+    let token = p1.body["metadata"]["continue"].as_str().expect("a continue token").to_string();
+    let p2 = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}")).await;
+    assert_eq!(names(&p2.body), ["c2", "c3"]);
+    assert_eq!(p2.body["metadata"]["resourceVersion"], r1.as_str(), "a continued list keeps the first page's");
+    assert_eq!(p2.body["metadata"]["remainingItemCount"], 1);
+    let token = p2.body["metadata"]["continue"].as_str().unwrap().to_string();
+    // Continue with resourceVersion=0 is treated as the token alone.
+    let p3 = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}&resourceVersion=0")).await;
+    assert_eq!(names(&p3.body), ["c4"]);
+    assert!(p3.body["metadata"].get("continue").is_none() && p3.body["metadata"].get("remainingItemCount").is_none());
+    // resourceVersionMatch=Exact, with and without limit: the same snapshot.
+    let exact =
+        get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&resourceVersionMatch=Exact")).await;
+    assert_eq!(
+        (names(&exact.body), exact.body["metadata"]["resourceVersion"].clone()),
+        (names(&whole.body), json!(r1))
+    );
+    let exact_paged = get(
+        c,
+        &format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&resourceVersionMatch=Exact&limit=4"),
+    )
+    .await;
+    assert_eq!(names(&exact_paged.body), ["c0", "c1", "c2", "c3"]);
+    assert_eq!(exact_paged.body["metadata"]["remainingItemCount"], 1);
+    // A continue token with a resourceVersion other than 0 is a bad request.
+    let both =
+        get(c, &format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}&resourceVersion={r1}")).await;
+    assert_eq!((both.code, both.body["reason"].as_str()), (400, Some("BadRequest")));
+    assert_eq!(both.body["message"], "specifying resource version is not allowed when using continue");
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_list_without_a_limit_or_not_older_than_is_the_current_state_and_resource_version_zero_ignores_the_limit() {
+    let h = start().await;
+    let c = &h.client;
+    let r1 = configmaps_changed_after(c).await;
+    let latest = ["c0", "c2", "c3", "c4", "c5"];
+    let current = h.store.current_revision().await.unwrap();
+    // resourceVersion=R without limit: Not older than R (the current state).
+    let nolimit = get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}")).await;
+    assert_eq!(names(&nolimit.body), latest);
+    assert!(nolimit.body["metadata"]["resourceVersion"].as_str().unwrap().parse::<i64>().unwrap() >= current);
+    // resourceVersionMatch=NotOlderThan with limit: the current state, paged.
+    let q =
+        format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&resourceVersionMatch=NotOlderThan&limit=2");
+    let p1 = get(c, &q).await;
+    assert_eq!(p1.code, 200, "{}", p1.body);
+    assert_eq!(names(&p1.body), ["c0", "c2"]);
+    assert_eq!(p1.body["items"][0]["data"]["k"], "changed");
+    assert_eq!(p1.body["metadata"]["remainingItemCount"], 3);
+    let rv = p1.body["metadata"]["resourceVersion"].clone();
+    let token = p1.body["metadata"]["continue"].as_str().unwrap().to_string();
+    let p2 = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=10&continue={token}")).await;
+    assert_eq!(names(&p2.body), ["c3", "c4", "c5"]);
+    assert_eq!(p2.body["metadata"]["resourceVersion"], rv);
+    // resourceVersion=0: Any, and the limit is not applied (the cacher's list is whole).
+    for q in ["resourceVersion=0&limit=2", "resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=2"] {
+        let any = get(c, &format!("/api/v1/namespaces/default/configmaps?{q}")).await;
+        assert_eq!(names(&any.body), latest, "{q}");
+        assert!(any.body["metadata"].get("continue").is_none(), "{q}");
+    }
+    // resourceVersion unset: Most Recent, paged with remainingItemCount; with a selector, no count.
+    let recent = get(c, "/api/v1/namespaces/default/configmaps?limit=4").await;
+    assert_eq!(names(&recent.body), ["c0", "c2", "c3", "c4"]);
+    assert_eq!(recent.body["metadata"]["remainingItemCount"], 1);
+    let selected = get(c, "/api/v1/namespaces/default/configmaps?limit=2&labelSelector=app%3Dweb").await;
+    assert!(selected.body["metadata"]["continue"].is_string());
+    assert!(selected.body["metadata"].get("remainingItemCount").is_none(), "{}", selected.body["metadata"]);
+    // Tables and metadata-only lists carry the same list metadata.
+    let table = call(
+        c,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=2",
+        "",
+        None,
+        Some("application/json;as=Table;v=v1;g=meta.k8s.io"),
+    )
+    .await;
+    assert_eq!(table.body["kind"], "Table");
+    assert_eq!(table.body["metadata"]["remainingItemCount"], 3);
+    assert!(table.body["metadata"]["continue"].is_string());
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_list_at_a_too_large_resource_version_times_out_with_the_resource_version_too_large_cause() {
+    let h = start().await;
+    // A client that shows the 504 instead of retrying it (kube's default client retries 504s
+    // for minutes).
+    let kubeconfig = kube::config::Kubeconfig::read_from(h.server.kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    config.default_retry = false;
+    let c = &kube::Client::try_from(config).unwrap();
+    let future = h.store.current_revision().await.unwrap() + 100;
+    // Not older than (served by the watch cache): 504, retry after a second.
+    let r = get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={future}")).await;
+    assert_eq!((r.code, r.body["reason"].as_str()), (504, Some("Timeout")), "{}", r.body);
+    let message = r.body["message"].as_str().unwrap();
+    assert!(message.starts_with(&format!("Timeout: Too large resource version: {future}, current: ")), "{message}");
+    assert_eq!(
+        r.body["details"]["causes"],
+        json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}])
+    );
+    assert_eq!(r.body["details"]["retryAfterSeconds"], 1);
+    assert_eq!(r.headers.get("Retry-After").and_then(|v| v.to_str().ok()), Some("1"));
+    // Exact (read from the store): the same cause.
+    let current = h.store.current_revision().await.unwrap();
+    let e =
+        get(c, &format!("/api/v1/namespaces/default/configmaps?resourceVersion={future}&resourceVersionMatch=Exact"))
+            .await;
+    assert_eq!(e.code, 504, "{}", e.body);
+    assert_eq!(e.body["message"], format!("Timeout: Too large resource version: {future}, current: {current}"));
+    assert_eq!(e.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    // A watch asking for the state at it: an ERROR event with the same Status.
+    let wl = watch(
+        c,
+        &format!(
+            "/api/v1/namespaces/default/configmaps?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion={future}&allowWatchBookmarks=true"
+        ),
+    )
+    .await;
+    let events = read_events(wl, 1).await;
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 504);
+    assert_eq!(events[0]["object"]["details"]["causes"][0]["reason"], "ResourceVersionTooLarge");
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn list_options_kubernetes_forbids_are_invalid_list_options() {
+    let h = start().await;
+    let c = &h.client;
+    let r = get(c, "/api/v1/namespaces/default/configmaps?resourceVersionMatch=Exact").await;
+    assert_eq!((r.code, r.body["reason"].as_str()), (422, Some("Invalid")), "{}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+    );
+    assert_eq!(r.body["details"]["group"], "meta.k8s.io");
+    assert_eq!(r.body["details"]["kind"], "ListOptions");
+    assert_eq!(
+        r.body["details"]["causes"],
+        json!([{"reason": "FieldValueForbidden", "field": "resourceVersionMatch",
+            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"}])
+    );
+    let zero = get(c, "/api/v1/namespaces/default/configmaps?resourceVersion=0&resourceVersionMatch=Exact").await;
+    assert_eq!(zero.code, 422, "{}", zero.body);
+    let watch_match =
+        get(c, "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=1&resourceVersionMatch=NotOlderThan")
+            .await;
+    assert_eq!(watch_match.code, 422, "{}", watch_match.body);
+    assert_eq!(
+        watch_match.body["message"],
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+    );
+    let token = get(c, "/api/v1/namespaces/default/configmaps?limit=1&continue=bm90LWEtdG9rZW4").await;
+    assert_eq!(token.code, 400, "{}", token.body);
+    assert_eq!(token.body["message"], "invalid continue token: continue key is not valid");
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_compacted_continue_token_is_gone_with_a_token_for_the_rest_at_the_latest_revision() {
+    let h = start().await;
+    let c = &h.client;
+    let r1 = configmaps_changed_after(c).await;
+    let p1 = get(c, "/api/v1/namespaces/default/configmaps?limit=2").await;
+    assert_eq!(names(&p1.body), ["c0", "c2"]);
+    let token = p1.body["metadata"]["continue"].as_str().unwrap().to_string();
+    assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("c6")).await.code, 201);
+    let current = h.store.current_revision().await.unwrap();
+    h.store.compact(current).await.unwrap();
+    let expired = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=10&continue={token}")).await;
+    assert_eq!((expired.code, expired.body["reason"].as_str()), (410, Some("Expired")), "{}", expired.body);
+    assert!(
+        expired.body["message"].as_str().unwrap().starts_with(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results."
+        ),
+        "{}",
+        expired.body
+    );
+    // The Status' token lists the rest from the latest revision: c6 is seen.
+    let rest_token = expired.body["metadata"]["continue"].as_str().expect("a token in the Status").to_string();
+    let rest = get(c, &format!("/api/v1/namespaces/default/configmaps?limit=10&continue={rest_token}")).await;
+    assert_eq!(rest.code, 200, "{}", rest.body);
+    assert_eq!(names(&rest.body), ["c3", "c4", "c5", "c6"]);
+    assert_eq!(rest.body["metadata"]["resourceVersion"], current.to_string());
+    // An exact list at a compacted revision is gone too.
+    for q in [format!("resourceVersion={r1}&limit=2"), format!("resourceVersion={r1}&resourceVersionMatch=Exact")] {
+        let old = get(c, &format!("/api/v1/namespaces/default/configmaps?{q}")).await;
+        assert_eq!((old.code, old.body["reason"].as_str()), (410, Some("Expired")), "{q}: {}", old.body);
+        assert_eq!(old.body["message"], "The resourceVersion for the provided list is too old.");
+    }
+    // A watch from a compacted revision: an ERROR event naming the oldest it could start at.
+    let old = watch(c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={r1}")).await;
+    let events = read_events(old, 1).await;
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+    assert_eq!(events[0]["object"]["message"], format!("too old resource version: {r1} ({current})"));
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+// Metadata a create sets, clears or refuses (rest.BeforeCreate, FillObjectMetaSystemFields and
+// the etcd3 store's Create).
+
+#[tokio::test]
+async fn a_create_with_a_resource_version_is_refused_as_kubernetes_refuses_it() {
+    let h = start().await;
+    let c = &h.client;
+    let mut with_rv = cm("rv");
+    with_rv["metadata"]["resourceVersion"] = json!("12");
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", with_rv.clone()).await;
+    assert_eq!(r.code, 500, "{}", r.body);
+    assert_eq!(r.body["message"], "resourceVersion should not be set on objects to be created");
+    assert_eq!(r.body["status"], "Failure");
+    assert!(r.body.get("reason").is_none() && r.body.get("details").is_none(), "{}", r.body);
+    assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/rv").await.code, 404, "nothing was stored");
+    // A dry run never reaches the store's check.
+    let dry = json_call(c, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All", with_rv).await;
+    assert_eq!(dry.code, 201, "{}", dry.body);
+    // "0" and what does not parse as a version are dropped, as Kubernetes does.
+    for (name, rv) in [("zero", "0"), ("negative", "-1")] {
+        let mut b = cm(name);
+        b["metadata"]["resourceVersion"] = json!(rv);
+        let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", b).await;
+        assert_eq!(r.code, 201, "{rv}: {}", r.body);
+        assert_ne!(r.body["metadata"]["resourceVersion"], rv);
+    }
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_create_replaces_system_metadata_clears_deletion_and_sets_generation_where_tracked() {
+    let h = start().await;
+    let c = &h.client;
+    let mut b = cm("meta");
+    b["metadata"]["uid"] = json!("11111111-1111-1111-1111-111111111111");
+    b["metadata"]["creationTimestamp"] = json!("2001-01-01T00:00:00Z");
+    b["metadata"]["deletionTimestamp"] = json!("2001-01-01T00:00:00Z");
+    b["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    b["metadata"]["selfLink"] = json!("/api/v1/namespaces/default/configmaps/meta");
+    b["metadata"]["generation"] = json!(7);
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", b).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let m = &r.body["metadata"];
+    assert_ne!(m["uid"], "11111111-1111-1111-1111-111111111111");
+    assert_ne!(m["creationTimestamp"], "2001-01-01T00:00:00Z");
+    for f in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        assert!(m.get(f).is_none(), "{f}: {m}");
+    }
+    assert_eq!(m["generation"], 7, "no ConfigMap strategy touches generation");
+    let mut negative = cm("negative");
+    negative["metadata"]["generation"] = json!(-1);
+    let n = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", negative).await;
+    assert_eq!(n.code, 422, "{}", n.body);
+    assert_eq!(n.body["details"]["causes"][0]["field"], "metadata.generation");
+    let mut d = deployment("gen");
+    d["metadata"]["generation"] = json!(7);
+    let r = json_call(c, "POST", "/apis/apps/v1/namespaces/default/deployments", d).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["metadata"]["generation"], 1, "a Deployment starts at generation 1");
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
 async fn read_events(resp: axum::http::Response<kube::client::Body>, n: usize) -> Vec<Value> {
     use futures::StreamExt;
     use http_body_util::BodyExt;

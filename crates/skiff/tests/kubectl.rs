@@ -178,6 +178,53 @@ fn kubectl_selectors_chunking_discovery_and_explain() {
 }
 
 #[test]
+fn kubectl_pages_lists_over_one_snapshot_and_create_refuses_a_resource_version() {
+    let s = Server::start();
+    for i in 0..5 {
+        s.ok(&["create", "configmap", &format!("c{i}"), "--from-literal=k=v"]);
+    }
+    let names = |list: &serde_json::Value| -> Vec<String> {
+        list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+    };
+    let raw = |path: &str| -> serde_json::Value { serde_json::from_str(&s.ok(&["get", "--raw", path])).unwrap() };
+    let r1 = raw("/api/v1/namespaces/default/configmaps")["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    s.ok(&["create", "configmap", "c5", "--from-literal=k=v"]);
+    s.ok(&["delete", "configmap", "c0"]);
+    // kubectl's chunked get (limit and continue, no resourceVersion) returns every item.
+    let chunked: Vec<String> =
+        s.ok(&["get", "cm", "--chunk-size=2", "-o", "name"]).lines().map(str::to_string).collect();
+    let whole: Vec<String> = s.ok(&["get", "cm", "--chunk-size=0", "-o", "name"]).lines().map(str::to_string).collect();
+    assert_eq!(chunked, whole);
+    for n in ["c1", "c2", "c3", "c4", "c5"] {
+        assert!(chunked.contains(&format!("configmap/{n}")), "{n} missing from {chunked:?}");
+    }
+    assert!(!chunked.contains(&"configmap/c0".to_string()));
+    // resourceVersion with a limit: the snapshot at it, a page at a time.
+    let p1 = raw(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&limit=2"));
+    assert_eq!(names(&p1), ["c0", "c1"]);
+    assert_eq!(p1["metadata"]["resourceVersion"], r1.as_str());
+    let total = raw(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={r1}&limit=500"))["items"]
+        .as_array()
+        .unwrap()
+        .len() as i64;
+    assert_eq!(p1["metadata"]["remainingItemCount"], total - 2);
+    let token = p1["metadata"]["continue"].as_str().expect("a continue token").to_string();
+    let p2 = raw(&format!("/api/v1/namespaces/default/configmaps?limit=2&continue={token}"));
+    assert_eq!(names(&p2), ["c2", "c3"]);
+    assert_eq!(p2["metadata"]["resourceVersion"], r1.as_str());
+    // A create carrying a resourceVersion is refused as kube-apiserver refuses it (kubectl
+    // create clears it itself; --raw sends the body as it is).
+    let exported = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"exported","resourceVersion":"42"},"data":{"k":"v"}}"#;
+    let out = s.apply_stdin(&["create", "--raw", "/api/v1/namespaces/default/configmaps", "-f", "-"], exported);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("resourceVersion should not be set on objects to be created"), "{err}");
+    assert!(s.fails(&["get", "configmap", "exported"]).contains("NotFound"));
+    s.ok_stdin(&["create", "-f", "-"], exported);
+    assert_ne!(s.ok(&["get", "configmap", "exported", "-o", "jsonpath={.metadata.resourceVersion}"]), "42");
+}
+
+#[test]
 fn kubectl_get_watch_sees_added_modified_deleted() {
     let s = Server::start();
     // Warm kubectl's version and discovery caches first, so the two kubectl processes below

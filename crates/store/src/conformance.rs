@@ -591,12 +591,8 @@ pub async fn count_counts_the_live_keys_of_a_range_at_its_revision(h: &mut dyn H
     let r4 = last;
     store.delete(&format!("{p}b"), None).await.expect("delete b");
     let count = |start_after: Option<&str>, revision: Revision, limit: usize| {
-        let req = RangeRequest {
-            prefix: p.into(),
-            start_after: start_after.map(|k| format!("{p}{k}")),
-            limit,
-            revision,
-        };
+        let req =
+            RangeRequest { prefix: p.into(), start_after: start_after.map(|k| format!("{p}{k}")), limit, revision };
         let store = store.clone();
         async move { store.count(req).await }
     };

@@ -17,9 +17,9 @@ use crate::endpoints::negotiation::{Output, content_type, decode_object, negotia
 use crate::endpoints::request::{Query, RequestInfo, delete_options, dry_run, list_options, read_body, write_options};
 use crate::endpoints::responsewriters::{add_warnings, json_bytes_response, json_response, success_status};
 use crate::endpoints::table::{partial_metadata, to_table};
-use crate::registry::store::{ListOptions, parse_rv};
+use crate::registry::store::{ListOptions, Listed, page_of_snapshot, parse_rv};
 use crate::resources::ResourceDef;
-use crate::util::{meta_str, set_in};
+use crate::util::meta_str;
 
 /// Serves one resource request whose user is authenticated and authorized.
 pub async fn dispatch(
@@ -213,13 +213,53 @@ pub async fn dispatch(
     }
 }
 
-/// A `<Kind>List` body.
-pub fn list_body(def: &ResourceDef, items: Vec<Value>, revision: i64, continue_token: Option<String>) -> Value {
-    let mut meta = json!({"resourceVersion": revision.to_string()});
-    if let Some(c) = continue_token {
+/// The `metadata` of a list: `ListMeta`'s resourceVersion, continue and remainingItemCount.
+fn list_meta(listed: &Listed) -> Value {
+    let mut meta = json!({"resourceVersion": listed.revision.to_string()});
+    if let Some(c) = &listed.continue_token {
         meta["continue"] = json!(c);
     }
-    json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": meta, "items": items})
+    if let Some(n) = listed.remaining_item_count {
+        meta["remainingItemCount"] = json!(n);
+    }
+    meta
+}
+
+/// A `<Kind>List` body.
+pub fn list_body(def: &ResourceDef, items: Vec<Value>, revision: i64, continue_token: Option<String>) -> Value {
+    let listed = Listed { items: Vec::new(), revision, continue_token, remaining_item_count: None };
+    json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(), "metadata": list_meta(&listed), "items": items})
+}
+
+/// Where a list is read, by Kubernetes 1.33's resource version semantics for list
+/// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list>)
+/// and the cacher's `shouldDelegateList`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListSource {
+    /// The store, at this revision (0: the latest). Most Recent (resourceVersion unset),
+    /// Exact (`resourceVersionMatch=Exact`, or a `limit` with a resourceVersion other than 0
+    /// and no match: the legacy exact read) and Continuation (the token's revision).
+    Store(i64),
+    /// The watch cache, once it has reached `min` (Any at 0, Not older than otherwise); `limit`
+    /// pages it unless the resourceVersion is 0, whose list is always whole (the cacher's
+    /// `computeListLimit`).
+    Cache {
+        /// The revision the cache must have reached.
+        min: i64,
+        /// Whether `limit` applies.
+        paginate: bool,
+    },
+}
+
+fn list_source(opts: &ListOptions) -> Result<ListSource, ApiError> {
+    let rv = opts.resource_version.as_deref();
+    Ok(match (opts.resource_version_match.as_deref(), rv) {
+        _ if opts.continue_token.is_some() => ListSource::Store(0),
+        (_, None) => ListSource::Store(0),
+        (Some("Exact"), Some(rv)) => ListSource::Store(parse_rv(rv)?),
+        (None, Some(rv)) if opts.limit > 0 && rv != "0" => ListSource::Store(parse_rv(rv)?),
+        (_, Some(rv)) => ListSource::Cache { min: parse_rv(rv)?, paginate: rv != "0" },
+    })
 }
 
 async fn list(
@@ -231,58 +271,100 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let opts = list_options(def, q)?;
     let ns_opt = if ns.is_empty() { None } else { Some(ns) };
-    // resourceVersion=0 ("any") and NotOlderThan are served from the watch cache; unset (the
-    // most recent, consistent) and Exact from the store.
-    let from_cache = opts.continue_token.is_none()
-        && matches!(
-            (opts.resource_version.as_deref(), opts.resource_version_match.as_deref()),
-            (Some("0"), _) | (Some(_), Some("NotOlderThan")) | (Some(_), None)
-        );
-    let listed = if from_cache {
-        let rv = parse_rv(opts.resource_version.as_deref().unwrap_or("0"))?;
-        let cache = state.cache(def)?;
-        if !cache.wait_for(rv, std::time::Duration::from_secs(3)).await {
-            let current = state.objects.store.current_revision().await.unwrap_or(0);
-            let mut e = ApiError::new(504, "Timeout", format!("Too large resource version: {rv}, current: {current}"));
-            e.details =
-                Some(skiff_apimachinery::status::Details { retry_after_seconds: Some(1), ..Default::default() });
-            return Err(e);
+    let listed = match list_source(&opts)? {
+        ListSource::Store(revision) => state.objects.list_from_store(def, ns_opt, &opts, revision).await?,
+        ListSource::Cache { min, paginate } => {
+            let cache = state.cache(def)?;
+            if !cache.wait_for(min, std::time::Duration::from_secs(3)).await {
+                return Err(ApiError::too_large_resource_version(min, cache.revision(), 1));
+            }
+            let prefix = def.namespace_prefix(ns_opt);
+            let snap = cache.snapshot(&prefix);
+            let limit = if paginate { opts.limit } else { 0 };
+            page_of_snapshot(def, &prefix, &snap.objects, snap.revision, &opts, limit)
         }
-        let snap = cache.snapshot(&def.namespace_prefix(ns_opt));
-        let items = snap
-            .objects
-            .iter()
-            .filter(|o| opts.selectors.matches(def, o))
-            .map(|o| crate::registry::convert::to_external(def, (**o).clone()))
-            .collect();
-        crate::registry::store::Listed { items, revision: snap.revision, continue_token: None }
-    } else {
-        let revision = match (opts.resource_version.as_deref(), opts.resource_version_match.as_deref()) {
-            (Some(rv), Some("Exact")) => parse_rv(rv)?,
-            _ => 0,
-        };
-        state.objects.list_from_store(def, ns_opt, &opts, revision).await?
     };
     let body = match out {
-        Output::Json => list_body(def, listed.items, listed.revision, listed.continue_token),
+        Output::Json => {
+            json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
+                "metadata": list_meta(&listed), "items": listed.items})
+        }
         Output::Metadata => {
-            let mut l = list_body(
-                def,
-                listed.items.iter().map(partial_metadata).collect(),
-                listed.revision,
-                listed.continue_token,
-            );
-            set_in(&mut l, &["kind"], json!("PartialObjectMetadataList"));
-            set_in(&mut l, &["apiVersion"], json!("meta.k8s.io/v1"));
-            l
+            let items: Vec<Value> = listed.items.iter().map(partial_metadata).collect();
+            json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": list_meta(&listed), "items": items})
         }
-        Output::Table(inc) => {
-            let mut meta = json!({"resourceVersion": listed.revision.to_string()});
-            if let Some(c) = listed.continue_token {
-                meta["continue"] = json!(c);
-            }
-            to_table(def, &listed.items, meta, inc)
-        }
+        Output::Table(inc) => to_table(def, &listed.items, list_meta(&listed), inc),
     };
     Ok(json_response(StatusCode::OK, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(rv: Option<&str>, rv_match: Option<&str>, limit: usize, cont: Option<&str>) -> ListOptions {
+        ListOptions {
+            limit,
+            continue_token: cont.map(str::to_string),
+            resource_version: rv.map(str::to_string),
+            resource_version_match: rv_match.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_list_without_resource_version_is_a_most_recent_read_of_the_store() {
+        assert_eq!(list_source(&opts(None, None, 0, None)).unwrap(), ListSource::Store(0));
+        assert_eq!(list_source(&opts(None, None, 2, None)).unwrap(), ListSource::Store(0));
+    }
+
+    #[test]
+    fn resource_version_zero_is_any_from_the_cache_whole_even_with_a_limit() {
+        for limit in [0, 2] {
+            assert_eq!(
+                list_source(&opts(Some("0"), None, limit, None)).unwrap(),
+                ListSource::Cache { min: 0, paginate: false }
+            );
+            assert_eq!(
+                list_source(&opts(Some("0"), Some("NotOlderThan"), limit, None)).unwrap(),
+                ListSource::Cache { min: 0, paginate: false }
+            );
+        }
+    }
+
+    #[test]
+    fn a_resource_version_without_limit_is_not_older_than_from_the_cache() {
+        assert_eq!(list_source(&opts(Some("9"), None, 0, None)).unwrap(), ListSource::Cache { min: 9, paginate: true });
+    }
+
+    #[test]
+    fn a_resource_version_with_limit_and_no_match_is_an_exact_read_of_the_store() {
+        assert_eq!(list_source(&opts(Some("9"), None, 50, None)).unwrap(), ListSource::Store(9));
+    }
+
+    #[test]
+    fn exact_is_read_from_the_store_at_that_revision_with_or_without_limit() {
+        assert_eq!(list_source(&opts(Some("9"), Some("Exact"), 0, None)).unwrap(), ListSource::Store(9));
+        assert_eq!(list_source(&opts(Some("9"), Some("Exact"), 2, None)).unwrap(), ListSource::Store(9));
+    }
+
+    #[test]
+    fn not_older_than_is_read_from_the_cache_and_paginated_with_a_limit() {
+        assert_eq!(
+            list_source(&opts(Some("9"), Some("NotOlderThan"), 2, None)).unwrap(),
+            ListSource::Cache { min: 9, paginate: true }
+        );
+    }
+
+    #[test]
+    fn a_continue_token_is_read_from_the_store_at_the_tokens_revision() {
+        assert_eq!(list_source(&opts(None, None, 2, Some("t"))).unwrap(), ListSource::Store(0));
+        assert_eq!(list_source(&opts(Some("0"), None, 2, Some("t"))).unwrap(), ListSource::Store(0));
+    }
+
+    #[test]
+    fn a_resource_version_that_is_no_number_is_a_bad_request() {
+        assert_eq!(list_source(&opts(Some("x"), None, 2, None)).unwrap_err().code, 400);
+    }
 }

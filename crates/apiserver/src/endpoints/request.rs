@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, Method};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
+use skiff_apimachinery::status::Cause;
 
 use crate::AppState;
 use crate::auth::RequestUser;
@@ -252,9 +253,90 @@ pub(crate) fn delete_options(
     Ok(opts)
 }
 
-/// List options from the query.
+/// A `ListOptions` field error (`field.Forbidden`/`field.NotSupported`) as its 422 cause.
+fn list_option_cause(reason: &str, field: &str, message: String) -> Cause {
+    Cause { reason: reason.into(), message, field: field.into() }
+}
+
+/// `ValidateListOptions` (k8s.io/apimachinery `apis/meta/internalversion/validation`): which
+/// combinations of `resourceVersion`, `resourceVersionMatch`, `continue` and
+/// `sendInitialEvents` a list or a watch may ask for. Every violation is a cause of one 422
+/// Invalid on `ListOptions.meta.k8s.io ""`, as kube-apiserver's list handler answers.
+fn validate_list_options(q: &Query, watch: bool) -> Result<(), ApiError> {
+    let get = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let (rv, rv_match, cont) = (get("resourceVersion"), get("resourceVersionMatch"), get("continue"));
+    let send_initial = q.get("sendInitialEvents").is_some_and(|v| !v.is_empty());
+    let forbidden =
+        |field: &str, why: &str| list_option_cause("FieldValueForbidden", field, format!("Forbidden: {why}"));
+    let not_supported = |value: &str, supported: &[&str]| {
+        let list: Vec<String> = supported.iter().map(|s| format!("\"{s}\"")).collect();
+        list_option_cause(
+            "FieldValueNotSupported",
+            "resourceVersionMatch",
+            format!("Unsupported value: \"{value}\": supported values: {}", list.join(", ")),
+        )
+    };
+    let mut causes = Vec::new();
+    if watch {
+        if send_initial && rv_match != "NotOlderThan" {
+            causes.push(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !rv_match.is_empty() {
+            if !send_initial {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if rv_match != "NotOlderThan" {
+                causes.push(not_supported(rv_match, &["NotOlderThan"]));
+            }
+            if !cont.is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !rv_match.is_empty() {
+            if rv.is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if !cont.is_empty() {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if rv_match != "Exact" && rv_match != "NotOlderThan" {
+                causes.push(not_supported(rv_match, &["Exact", "NotOlderThan", ""]));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                causes.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if send_initial {
+            causes.push(forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+        }
+    }
+    if causes.is_empty() { Ok(()) } else { Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", causes)) }
+}
+
+/// List options from the query, validated (422 for a combination Kubernetes forbids, 400 for
+/// a continue token with a resourceVersion other than 0 or a malformed value).
 pub fn list_options(def: &ResourceDef, q: &Query) -> Result<ListOptions, ApiError> {
     let watch = truthy(q, "watch");
+    validate_list_options(q, watch)?;
     let selectors =
         Selectors::parse(def, q.get("labelSelector").map(String::as_str), q.get("fieldSelector").map(String::as_str))?;
     let limit = match q.get("limit") {
@@ -265,22 +347,9 @@ pub fn list_options(def: &ResourceDef, q: &Query) -> Result<ListOptions, ApiErro
     };
     let rv = q.get("resourceVersion").filter(|s| !s.is_empty()).cloned();
     let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty()).cloned();
-    if let Some(m) = &rv_match {
-        // A watch-list may leave resourceVersion empty ("the most recent"); a list may not.
-        if rv.is_none() && !watch {
-            return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
-        }
-        if m != "NotOlderThan" && m != "Exact" {
-            return Err(ApiError::bad_request(format!(
-                "resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\""
-            )));
-        }
-        if m == "Exact" && rv.as_deref() == Some("0") {
-            return Err(ApiError::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
-        }
-    }
     let continue_token = q.get("continue").filter(|s| !s.is_empty()).cloned();
-    if continue_token.is_some() && rv.as_deref().is_some_and(|r| r != "0") {
+    if !watch && continue_token.is_some() && rv.as_deref().is_some_and(|r| r != "0") {
+        // The etcd3 store's check (kube-apiserver answers it before reading anything).
         return Err(ApiError::bad_request("specifying resource version is not allowed when using continue"));
     }
     Ok(ListOptions { selectors, limit, continue_token, resource_version: rv, resource_version_match: rv_match })
@@ -289,6 +358,122 @@ pub fn list_options(def: &ResourceDef, q: &Query) -> Result<ListOptions, ApiErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn list_query(pairs: &[(&str, &str)]) -> Query {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// The causes of the 422 `ValidateListOptions` answers for a query, as `field: message`.
+    fn list_option_errors(pairs: &[(&str, &str)]) -> Vec<String> {
+        let q = list_query(pairs);
+        match validate_list_options(&q, truthy(&q, "watch")) {
+            Ok(()) => Vec::new(),
+            Err(e) => {
+                assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e}");
+                let d = e.details.expect("details");
+                assert_eq!((d.group.as_str(), d.kind.as_str(), d.name.as_str()), ("meta.k8s.io", "ListOptions", ""));
+                d.causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect()
+            }
+        }
+    }
+
+    #[test]
+    fn a_resource_version_match_without_a_resource_version_is_an_invalid_list() {
+        assert_eq!(
+            list_option_errors(&[("resourceVersionMatch", "NotOlderThan")]),
+            ["resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"]
+        );
+        let e = validate_list_options(&list_query(&[("resourceVersionMatch", "Exact")]), false).unwrap_err();
+        assert_eq!(
+            e.message,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+        );
+    }
+
+    #[test]
+    fn exact_at_resource_version_zero_and_unknown_matches_are_invalid_lists() {
+        assert_eq!(
+            list_option_errors(&[("resourceVersion", "0"), ("resourceVersionMatch", "Exact")]),
+            ["resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""]
+        );
+        assert_eq!(
+            list_option_errors(&[("resourceVersion", "5"), ("resourceVersionMatch", "Newest")]),
+            [
+                "resourceVersionMatch: Unsupported value: \"Newest\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resource_version_match_with_a_continue_token_is_an_invalid_list() {
+        assert_eq!(
+            list_option_errors(&[("resourceVersion", "5"), ("resourceVersionMatch", "Exact"), ("continue", "x")]),
+            ["resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"]
+        );
+        assert_eq!(
+            list_option_errors(&[("sendInitialEvents", "true")]),
+            ["sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"]
+        );
+    }
+
+    #[test]
+    fn every_row_of_the_list_table_kubernetes_allows_is_a_valid_list() {
+        for pairs in [
+            &[][..],
+            &[("resourceVersion", "0")],
+            &[("resourceVersion", "7")],
+            &[("limit", "2"), ("resourceVersion", "7")],
+            &[("limit", "2"), ("continue", "t")],
+            &[("limit", "2"), ("continue", "t"), ("resourceVersion", "0")],
+            &[("resourceVersion", "7"), ("resourceVersionMatch", "Exact")],
+            &[("resourceVersion", "0"), ("resourceVersionMatch", "NotOlderThan")],
+            &[("resourceVersion", "7"), ("resourceVersionMatch", "NotOlderThan"), ("limit", "2")],
+        ] {
+            assert_eq!(list_option_errors(pairs), Vec::<String>::new(), "{pairs:?}");
+        }
+    }
+
+    #[test]
+    fn a_continue_token_with_a_nonzero_resource_version_is_a_bad_request() {
+        let def = crate::resources::Registry::default().get("", "v1", "configmaps").unwrap().clone();
+        let e = list_options(&def, &list_query(&[("continue", "t"), ("resourceVersion", "7")])).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "specifying resource version is not allowed when using continue")
+        );
+        assert!(list_options(&def, &list_query(&[("continue", "t"), ("resourceVersion", "0")])).is_ok());
+    }
+
+    #[test]
+    fn watch_options_follow_kubernetes_watch_validation() {
+        assert_eq!(
+            list_option_errors(&[("watch", "1"), ("resourceVersionMatch", "NotOlderThan")]),
+            [
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+            ]
+        );
+        assert_eq!(
+            list_option_errors(&[("watch", "1"), ("sendInitialEvents", "true")]),
+            [
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+            ]
+        );
+        assert_eq!(
+            list_option_errors(&[("watch", "1"), ("sendInitialEvents", "true"), ("resourceVersionMatch", "Exact")]),
+            [
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                "resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"",
+            ]
+        );
+        assert_eq!(
+            list_option_errors(&[
+                ("watch", "1"),
+                ("sendInitialEvents", "true"),
+                ("resourceVersionMatch", "NotOlderThan")
+            ]),
+            Vec::<String>::new()
+        );
+    }
 
     #[test]
     fn query_values_are_percent_decoded() {

@@ -308,28 +308,6 @@ pub async fn serve(
         Some("false" | "0") => Some(false),
         Some(other) => return Err(ApiError::bad_request(format!("invalid sendInitialEvents: {other:?}"))),
     };
-    if send_initial.is_some() {
-        if opts.resource_version_match.as_deref() != Some("NotOlderThan") {
-            return Err(ApiError::new(
-                422,
-                "Invalid",
-                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan",
-            ));
-        }
-        if send_initial == Some(true) && !bookmarks {
-            return Err(ApiError::new(
-                422,
-                "Invalid",
-                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true",
-            ));
-        }
-    } else if opts.resource_version_match.is_some() {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-        ));
-    }
     let timeout = match q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
         Some(t) => Duration::from_secs(
             t.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t:?}")))?,
@@ -357,13 +335,18 @@ pub async fn serve(
         } else {
             parse_rv(&rv)?
         };
-        cache.wait_for(min_rv, Duration::from_secs(3)).await;
+        if !cache.wait_for(min_rv, Duration::from_secs(3)).await && !rv.is_empty() {
+            // The cacher's watch answers a resourceVersion it was given and does not reach in
+            // time with an error event carrying the Status a list would get.
+            let e = ApiError::too_large_resource_version(min_rv, cache.revision(), 1);
+            return Ok(stream_response(futures::stream::iter(vec![Ok::<_, std::convert::Infallible>(error_line(&e))])));
+        }
         let snap = cache.snapshot(&prefix);
         for o in snap.objects.iter().filter(|o| opts.selectors.matches(def, o)) {
             let obj = render_object(def, crate::registry::convert::to_external(def, (**o).clone()), out);
             initial.push(line("ADDED", &obj));
         }
-        if send_initial == Some(true) {
+        if send_initial == Some(true) && bookmarks {
             initial.push(line("BOOKMARK", &bookmark(def, snap.revision, true)));
         }
         watcher.after = snap.revision;

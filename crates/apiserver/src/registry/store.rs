@@ -136,10 +136,19 @@ pub struct Listed {
     pub revision: Revision,
     /// The continue token of the next page.
     pub continue_token: Option<String>,
+    /// `remainingItemCount`: how many objects follow this page in the snapshot. Set only on a
+    /// page with a continue token and no selectors, as the etcd3 store and the cacher set it
+    /// (with selectors the count of keys would overstate what matches).
+    pub remaining_item_count: Option<i64>,
 }
 
-/// The message of a 410 for an expired continue token (Kubernetes' wording).
-pub const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue value from the response.";
+/// The message of a 410 for a continue token whose revision is compacted, which offers a token
+/// to list the rest at the latest revision (the etcd3 store's `inconsistentContinue`).
+pub const CONTINUE_INCONSISTENT: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// The revision a continue token carries to continue at the latest revision instead of the
+/// first page's (the token of a [`CONTINUE_INCONSISTENT`] 410), as Kubernetes' `-1`.
+pub const CONTINUE_AT_LATEST: Revision = -1;
 
 /// The generic object store.
 pub struct Objects {
@@ -231,18 +240,21 @@ fn store_error(def: &ResourceDef, name: &str, e: skiff_store::Error) -> ApiError
         E::Compacted { requested, compacted } => {
             ApiError::gone(format!("too old resource version: {requested} ({compacted})"))
         }
-        E::FutureRevision { requested, current } => {
-            let mut e =
-                ApiError::new(504, "Timeout", format!("Too large resource version: {requested}, current: {current}"));
-            e.details =
-                Some(skiff_apimachinery::status::Details { retry_after_seconds: Some(1), ..Default::default() });
-            e
-        }
+        // An exact read past the store's revision: the etcd3 store's answer to etcd's
+        // "future revision", without a retry delay.
+        E::FutureRevision { requested, current } => ApiError::too_large_resource_version(requested, current, 0),
         E::ValueTooLarge { .. } => ApiError::too_large("etcdserver: request is too large"),
         E::Unavailable(m) => ApiError::unavailable(m),
         E::Corrupt { path, reason } => ApiError::internal(format!("{path}: {reason}")),
         E::Internal(m) => ApiError::internal(m),
     }
+}
+
+/// Whether a create's `metadata.resourceVersion` is one the etcd3 store refuses: a version it
+/// parses (an unsigned integer) other than 0. Anything else ("", "0", "-1", not a number) is
+/// dropped silently, as Kubernetes does.
+fn resource_version_set_on_create(rv: Option<&Value>) -> bool {
+    rv.and_then(Value::as_str).and_then(|s| s.parse::<u64>().ok()).is_some_and(|v| v != 0)
 }
 
 /// Parses a resourceVersion string; 400 when it is not a number.
@@ -335,21 +347,37 @@ pub fn encode_continue(rv: Revision, start: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
+/// A continue token's revision and start key (relative to the list prefix); 400 "invalid
+/// continue token" when it is not one this server issued (the messages of
+/// k8s.io/apiserver `storage.DecodeContinue`). A revision of [`CONTINUE_AT_LATEST`] means
+/// the latest revision.
 fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
-    let bad = || {
-        ApiError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )
-    };
+    let bad = |why: &str| ApiError::bad_request(format!("invalid continue token: continue key is not valid{why}"));
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token.trim_end_matches('='))
         .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    let rv = v.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
-    let start = v.get("start").and_then(Value::as_str).ok_or_else(bad)?.to_string();
-    if start.contains("..") || start.starts_with('/') {
-        return Err(bad());
+        .map_err(|_| bad(""))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad(""))?;
+    match v.get("v").and_then(Value::as_str) {
+        Some("meta.k8s.io/v1") => {}
+        other => {
+            return Err(bad(&format!(
+                ": server does not recognize this encoded version {}",
+                other.unwrap_or_default()
+            )));
+        }
+    }
+    let rv = v.get("rv").and_then(Value::as_i64).unwrap_or(0);
+    if rv == 0 {
+        return Err(bad(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+    }
+    let start = v.get("start").and_then(Value::as_str).unwrap_or_default().to_string();
+    if start.is_empty() {
+        return Err(bad(": encoded start key empty (version meta.k8s.io/v1)"));
+    }
+    // A start key can never climb out of the list's prefix.
+    if start.contains("..") || start.starts_with('/') || start.contains("//") {
+        return Err(bad(&format!(": {start}")));
     }
     Ok((rv, start))
 }
@@ -617,6 +645,7 @@ impl Objects {
         let mut obj = convert::to_internal(def, obj);
         let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let resource_version_set;
         {
             let meta = meta_mut(&mut obj);
             let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
@@ -635,15 +664,18 @@ impl Objects {
             if name.is_empty() && !generate.is_empty() {
                 meta.insert("name".into(), Value::String(crate::util::generate_name(&generate)));
             }
+            resource_version_set = resource_version_set_on_create(meta.get("resourceVersion"));
+            // rest.FillObjectMetaSystemFields and BeforeCreate: the system's uid and
+            // creationTimestamp replace the client's; deletion fields and selfLink are cleared.
             meta.insert("uid".into(), Value::String(crate::util::new_uid()));
             meta.insert("creationTimestamp".into(), Value::String(crate::util::now()));
             for f in ["resourceVersion", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"] {
                 meta.remove(f);
             }
+            // A strategy that tracks spec changes starts at generation 1; elsewhere no strategy
+            // touches it, so a client's (non-negative, validated) generation is kept.
             if def.generation {
                 meta.insert("generation".into(), json!(1));
-            } else {
-                meta.remove("generation");
             }
         }
         prepare_for_create(def, &mut obj);
@@ -680,6 +712,11 @@ impl Objects {
                 return Err(ApiError::already_exists(def.group, def.resource, &name));
             }
             return Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json: None });
+        }
+        if resource_version_set {
+            // The etcd3 store's Create refuses it after admission, with an error that is no
+            // API status: kube-apiserver answers 500 with no reason (a dry run never gets there).
+            return Err(ApiError::new(500, "", "resourceVersion should not be set on objects to be created"));
         }
         // The response's JSON is the stored JSON plus the new resourceVersion (one
         // serialization per create instead of two), where the stored form is the external one.
@@ -995,7 +1032,9 @@ impl Objects {
         Err(ApiError::conflict(def.group, def.resource, name))
     }
 
-    /// LIST from the store: one consistent snapshot, filtered, paginated.
+    /// LIST from the store: one consistent snapshot, filtered, paginated. `revision` is the
+    /// snapshot to read (0: the latest); a continue token overrides it with the revision of the
+    /// list's first page (or the latest, for a token from a [`CONTINUE_INCONSISTENT`] 410).
     pub async fn list_from_store(
         &self,
         def: &ResourceDef,
@@ -1005,10 +1044,12 @@ impl Objects {
     ) -> Result<Listed, ApiError> {
         let prefix = def.namespace_prefix(ns);
         let (mut revision, mut start_after) = (revision, None);
+        let mut continued_from = None;
         if let Some(token) = &opts.continue_token {
             let (rv, start) = decode_continue(token)?;
-            revision = rv;
+            revision = if rv == CONTINUE_AT_LATEST { 0 } else { rv };
             start_after = Some(format!("{prefix}{start}"));
+            continued_from = Some(start);
         }
         let mut items = Vec::new();
         loop {
@@ -1016,11 +1057,15 @@ impl Objects {
             let req = RangeRequest { prefix: prefix.clone(), start_after: start_after.clone(), limit: want, revision };
             let resp = match self.timed("list", def, self.store.range(req)).await {
                 Ok(r) => r,
-                Err(skiff_store::Error::Compacted { .. }) if opts.continue_token.is_some() => {
-                    return Err(ApiError::gone(CONTINUE_EXPIRED));
-                }
                 Err(skiff_store::Error::Compacted { .. }) => {
-                    return Err(ApiError::gone("The resourceVersion for the provided list is too old."));
+                    return Err(match &continued_from {
+                        Some(start) => {
+                            let mut e = ApiError::gone(CONTINUE_INCONSISTENT);
+                            e.continue_token = Some(encode_continue(CONTINUE_AT_LATEST, start));
+                            e
+                        }
+                        None => ApiError::gone("The resourceVersion for the provided list is too old."),
+                    });
                 }
                 Err(e) => return Err(store_error(def, "", e)),
             };
@@ -1033,21 +1078,72 @@ impl Objects {
                     items.push(convert::to_external(def, obj));
                     if opts.limit > 0 && items.len() >= opts.limit {
                         let more = i + 1 < n || resp.more;
-                        let token = if more {
-                            let last = kv.key.strip_prefix(&prefix).unwrap_or(&kv.key).to_string();
-                            Some(encode_continue(revision, &last))
+                        if !more {
+                            return Ok(Listed { items, revision, continue_token: None, remaining_item_count: None });
+                        }
+                        let last = kv.key.strip_prefix(&prefix).unwrap_or(&kv.key).to_string();
+                        let remaining_item_count = if opts.selectors.is_empty() {
+                            let rest = RangeRequest {
+                                prefix: prefix.clone(),
+                                start_after: Some(kv.key.clone()),
+                                limit: 0,
+                                revision,
+                            };
+                            Some(self.store.count(rest).await.map_err(|e| store_error(def, "", e))?)
                         } else {
                             None
                         };
-                        return Ok(Listed { items, revision, continue_token: token });
+                        return Ok(Listed {
+                            items,
+                            revision,
+                            continue_token: Some(encode_continue(revision, &last)),
+                            remaining_item_count,
+                        });
                     }
                 }
             }
             if !resp.more {
-                return Ok(Listed { items, revision, continue_token: None });
+                return Ok(Listed { items, revision, continue_token: None, remaining_item_count: None });
             }
         }
     }
+}
+
+/// One page of a watch-cache snapshot (the cacher's `GetList`): the objects of `objects` (in
+/// key order, all under `prefix`) that `opts`' selectors match, at most `limit` of them (0: all),
+/// with a continue token at `revision` when objects follow the page and, without selectors,
+/// how many do. The next page is read from the store at `revision`.
+pub fn page_of_snapshot(
+    def: &ResourceDef,
+    prefix: &str,
+    objects: &[Arc<Value>],
+    revision: Revision,
+    opts: &ListOptions,
+    limit: usize,
+) -> Listed {
+    let mut items = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    for o in objects {
+        if limit > 0 && items.len() >= limit {
+            more = true;
+            break;
+        }
+        if opts.selectors.matches(def, o) {
+            items.push(convert::to_external(def, (**o).clone()));
+            last = Some(o);
+        }
+    }
+    let (continue_token, remaining_item_count) = match last.filter(|_| more) {
+        Some(o) => {
+            let key = def.key(meta_str(o, "namespace"), meta_str(o, "name"));
+            let start = key.strip_prefix(prefix).unwrap_or(&key);
+            let remaining = opts.selectors.is_empty().then(|| (objects.len() - items.len()) as i64);
+            (Some(encode_continue(revision, start)), remaining)
+        }
+        None => (None, None),
+    };
+    Listed { items, revision, continue_token, remaining_item_count }
 }
 
 /// How often an update or delete that does not pin a resourceVersion is re-read and re-applied
@@ -1073,6 +1169,73 @@ mod tests {
     use crate::storage::watchcache::WatchCache;
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::Duration;
+
+    #[test]
+    fn only_a_parsable_nonzero_resource_version_is_refused_on_create() {
+        for rv in ["1", "42", "18446744073709551615"] {
+            assert!(resource_version_set_on_create(Some(&json!(rv))), "{rv}");
+        }
+        for rv in [json!(""), json!("0"), json!("-1"), json!("abc"), json!(null)] {
+            assert!(!resource_version_set_on_create(Some(&rv)), "{rv}");
+        }
+        assert!(!resource_version_set_on_create(None));
+    }
+
+    #[test]
+    fn a_snapshot_page_carries_a_continue_token_and_the_count_of_what_follows() {
+        let registry = crate::resources::Registry::default();
+        let def = registry.get("", "v1", "configmaps").unwrap().clone();
+        let prefix = def.namespace_prefix(Some("ns"));
+        let objects: Vec<Arc<Value>> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| Arc::new(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "ns", "labels": {"odd": (*n == "a" || *n == "c" || *n == "e").to_string()}}})))
+            .collect();
+        let all = ListOptions::default();
+        let page = page_of_snapshot(&def, &prefix, &objects, 9, &all, 2);
+        let names = |l: &Listed| l.items.iter().map(|i| meta_str(i, "name").to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&page), ["a", "b"]);
+        assert_eq!(page.remaining_item_count, Some(3));
+        assert_eq!(decode_continue(page.continue_token.as_deref().unwrap()).unwrap(), (9, "b".to_string()));
+        let whole = page_of_snapshot(&def, &prefix, &objects, 9, &all, 0);
+        assert_eq!((whole.items.len(), whole.continue_token, whole.remaining_item_count), (5, None, None));
+        let exact = page_of_snapshot(&def, &prefix, &objects, 9, &all, 5);
+        assert_eq!((exact.items.len(), exact.continue_token, exact.remaining_item_count), (5, None, None));
+        // With selectors the page ends at its last match and no count is given.
+        let odd =
+            ListOptions { selectors: Selectors::parse(&def, Some("odd=true"), None).unwrap(), ..Default::default() };
+        let page = page_of_snapshot(&def, &prefix, &objects, 9, &odd, 2);
+        assert_eq!(names(&page), ["a", "c"]);
+        assert_eq!(page.remaining_item_count, None);
+        assert_eq!(decode_continue(page.continue_token.as_deref().unwrap()).unwrap(), (9, "c".to_string()));
+    }
+
+    #[test]
+    fn a_continue_token_this_server_did_not_issue_is_a_bad_request() {
+        let token = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        let msg = |t: &str| decode_continue(t).unwrap_err().message;
+        assert_eq!(msg("%%%"), "invalid continue token: continue key is not valid");
+        assert_eq!(
+            msg(&token(json!({"v": "meta.k8s.io/v1", "rv": 0, "start": "a"}))),
+            "invalid continue token: continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        );
+        assert_eq!(
+            msg(&token(json!({"v": "meta.k8s.io/v1", "rv": 3, "start": ""}))),
+            "invalid continue token: continue key is not valid: encoded start key empty (version meta.k8s.io/v1)"
+        );
+        assert_eq!(
+            msg(&token(json!({"v": "v2", "rv": 3, "start": "a"}))),
+            "invalid continue token: continue key is not valid: server does not recognize this encoded version v2"
+        );
+        assert_eq!(
+            msg(&token(json!({"v": "meta.k8s.io/v1", "rv": 3, "start": "../secrets/x"}))),
+            "invalid continue token: continue key is not valid: ../secrets/x"
+        );
+        assert_eq!(
+            decode_continue(&encode_continue(CONTINUE_AT_LATEST, "a")).unwrap(),
+            (CONTINUE_AT_LATEST, "a".into())
+        );
+    }
 
     #[test]
     fn a_created_object_spliced_from_its_stored_json_is_what_serializing_it_gives() {

@@ -190,10 +190,11 @@ pub struct WatchCache {
     ready: AtomicBool,
 }
 
-/// `resourceVersion` older than the cache's window: the answer is 410 Gone.
+/// `resourceVersion` older than the cache's window: the answer is 410 Gone, whose message
+/// names it as the cacher's does (`too old resource version: R (OLDEST)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TooOld {
-    /// The oldest resourceVersion a watch can start from.
+    /// The oldest resourceVersion a watch can start from (every change after it is still held).
     pub oldest: Revision,
 }
 
@@ -412,7 +413,7 @@ impl WatchCache {
     pub fn watch_from(&self, after: Revision) -> Result<(Vec<Arc<CacheEvent>>, Subscription), TooOld> {
         let inner = self.inner.lock();
         if after < inner.oldest {
-            return Err(TooOld { oldest: inner.oldest + 1 });
+            return Err(TooOld { oldest: inner.oldest });
         }
         let backlog = inner.ring.iter().filter(|e| e.revision > after).cloned().collect();
         Ok((backlog, self.subscribe()))
@@ -476,8 +477,9 @@ mod tests {
         assert_eq!(backlog.iter().map(|e| e.revision).collect::<Vec<_>>(), vec![4, 5]);
         assert_eq!(backlog[0].kind, EventKind::Modified);
         assert_eq!(backlog[0].object["metadata"]["resourceVersion"], "4");
-        // The ring holds revisions 3..=5: a watch from 1 has lost revision 2.
-        assert_eq!(cache.watch_from(1).unwrap_err(), TooOld { oldest: 3 });
+        // The ring holds revisions 3..=5: a watch from 1 has lost revision 2, one from 2 has not.
+        assert_eq!(cache.watch_from(1).unwrap_err(), TooOld { oldest: 2 });
+        assert!(cache.watch_from(2).is_ok());
     }
 
     #[tokio::test]

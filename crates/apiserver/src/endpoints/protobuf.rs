@@ -6,6 +6,14 @@
 //! numbers and JSON names come from `protobuf_schema.json`, generated from the `k8s-pb` and
 //! `k8s-openapi` crates by `tools/gen_protobuf_schema.py`. Responses are always JSON (clients ask
 //! for `application/vnd.kubernetes.protobuf,application/json`).
+//!
+//! A body decodes to the JSON Kubernetes would store for it: Go's encoders write every
+//! non-pointer field, so a zero `stdin`, `hostIPC` or `generation` and a zero `Time` are on the
+//! wire although Go's JSON leaves them out (`omitempty`, and `null` for a zero time). Those
+//! zeros are dropped here for the fields `protobuf_zero_omitted.json` lists (the non-pointer
+//! `omitempty` scalars of the Go types, from `tools/gen_protobuf_zero_omitted.py`); a pointer
+//! field keeps its explicit `false`/`0`. Otherwise a template sent by a typed client (`kubectl
+//! create deployment`) would not equal the same template sent as JSON (`kubectl rollout undo`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -26,6 +34,28 @@ static SCHEMA: LazyLock<HashMap<String, HashMap<u32, Field>>> = LazyLock::new(||
         serde_json::from_str(include_str!("protobuf_schema.json")).unwrap_or_default();
     raw.into_iter().map(|(k, fields)| (k, fields.into_iter().map(|f| (f.0, f)).collect())).collect()
 });
+
+/// message → tags of its scalar fields whose zero value means unset (see the module docs).
+static ZERO_OMITTED: LazyLock<HashMap<String, Vec<u32>>> =
+    LazyLock::new(|| serde_json::from_str(include_str!("protobuf_zero_omitted.json")).unwrap_or_default());
+
+/// Whether a decoded non-repeated scalar is a zero Go leaves out of its JSON. Messages the
+/// table does not know keep the older rule: only empty strings are left out.
+fn zero_omitted(message: &str, tag: u32, v: &Value) -> bool {
+    let zero = match v {
+        Value::String(s) => s.is_empty(),
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
+    };
+    if !zero {
+        return false;
+    }
+    match ZERO_OMITTED.get(message) {
+        Some(tags) => tags.contains(&tag),
+        None => v.as_str().is_some(),
+    }
+}
 
 fn bad(what: &str) -> ApiError {
     ApiError::bad_request(format!("unable to decode the protobuf body: {what}"))
@@ -135,6 +165,10 @@ fn message(name: &str, bytes: &[u8], depth: usize) -> Result<Value, ApiError> {
         Ok(Value::Null)
     };
     match name {
+        // A zero time is an empty message: JSON `null`, and the field is left out.
+        "apimachinery.pkg.apis.meta.v1.Time" | "apimachinery.pkg.apis.meta.v1.MicroTime" if bytes.is_empty() => {
+            return Ok(Value::Null);
+        }
         "apimachinery.pkg.apis.meta.v1.Time" => {
             let f = plain(bytes)?;
             return Ok(Value::String(crate::util::rfc3339(f.get(&1).and_then(Value::as_i64).unwrap_or(0))));
@@ -222,11 +256,11 @@ fn message(name: &str, bytes: &[u8], depth: usize) -> Result<Value, ApiError> {
             if let Some(a) = entry.as_array_mut() {
                 a.extend(values);
             }
-        } else if let Some(v) = values.into_iter().next() {
-            // Go's encoders mark empty optional strings `omitempty`: leave them out.
-            if v.as_str() != Some("") {
-                out.insert(json_name.clone(), v);
-            }
+        } else if let Some(v) = values.into_iter().next()
+            && !v.is_null()
+            && !zero_omitted(name, tag, &v)
+        {
+            out.insert(json_name.clone(), v);
         }
     }
     Ok(Value::Object(out))
@@ -309,6 +343,59 @@ mod tests {
         assert_eq!(
             v,
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c1", "namespace": "default"}, "data": {"k": "v"}})
+        );
+    }
+
+    fn varint_field(tag: u32, v: u64, out: &mut Vec<u8>) {
+        varint(u64::from(tag << 3), out);
+        varint(v, out);
+    }
+
+    fn envelope(api_version: &[u8], kind: &[u8], raw: &[u8]) -> Vec<u8> {
+        let mut type_meta = Vec::new();
+        bytes_field(1, api_version, &mut type_meta);
+        bytes_field(2, kind, &mut type_meta);
+        let mut unknown = Vec::new();
+        bytes_field(1, &type_meta, &mut unknown);
+        bytes_field(2, raw, &mut unknown);
+        let mut body = b"k8s\0".to_vec();
+        body.extend(unknown);
+        body
+    }
+
+    #[test]
+    fn zero_non_pointer_fields_are_left_out_as_go_json_omits_them_and_pointer_zeros_stay() {
+        // What Go's encoder writes for a pod a typed client built: every non-pointer field,
+        // zero or not, and an empty message for the zero creationTimestamp.
+        let mut meta = Vec::new();
+        bytes_field(1, b"p", &mut meta);
+        varint_field(7, 0, &mut meta); // generation: int64, omitempty
+        bytes_field(8, b"", &mut meta); // creationTimestamp: zero Time
+        let mut container = Vec::new();
+        bytes_field(1, b"c", &mut container);
+        bytes_field(2, b"", &mut container); // image: string, omitempty
+        varint_field(16, 0, &mut container); // stdin: bool, omitempty
+        let mut spec = Vec::new();
+        bytes_field(2, &container, &mut spec);
+        varint_field(4, 0, &mut spec); // terminationGracePeriodSeconds: *int64
+        varint_field(13, 0, &mut spec); // hostIPC: bool, omitempty
+        varint_field(21, 0, &mut spec); // automountServiceAccountToken: *bool
+        let mut pod = Vec::new();
+        bytes_field(1, &meta, &mut pod);
+        bytes_field(2, &spec, &mut pod);
+        let v = decode(&envelope(b"v1", b"Pod", &pod)).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "p"},
+                "spec": {
+                    "containers": [{"name": "c"}],
+                    "terminationGracePeriodSeconds": 0,
+                    "automountServiceAccountToken": false,
+                },
+            })
         );
     }
 

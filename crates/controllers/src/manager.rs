@@ -247,7 +247,11 @@ async fn run_controllers(
     }
     if config.enabled("garbagecollector") {
         // Created after the other controllers so that it reuses their typed informers.
-        let gc = GarbageCollector::new(api.clone(), factory.clone());
+        let gc = GarbageCollector::new(
+            api.clone(),
+            factory.clone(),
+            broadcaster.new_recorder(EventSource::component("garbage-collector-controller")),
+        );
         tasks.spawn(gc.run(config.concurrent_gc_syncs, config.gc_discovery_period, metrics.clone()));
     }
     if config.enabled("eventttl") {

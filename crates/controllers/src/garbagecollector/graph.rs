@@ -79,6 +79,19 @@ pub enum Work {
     AttemptToDelete(String),
     /// Orphan the dependents of the owner with this uid (`attemptToOrphan`).
     AttemptToOrphan(String),
+    /// The dependent (first uid) names a namespaced owner (second uid) that was observed in
+    /// another namespace: record `OwnerRefInvalidNamespace` on the dependent
+    /// (`reportInvalidNamespaceOwnerRef`).
+    ReportInvalidNamespaceOwnerRef(String, String),
+}
+
+/// `ownerReferenceMatchesCoordinates`: the reference names this object (uid, name, kind and
+/// apiVersion all equal).
+pub fn reference_matches(reference: &OwnerReference, owner: &ObjectIdentity) -> bool {
+    reference.uid == owner.uid
+        && reference.name == owner.name
+        && reference.kind == owner.kind
+        && reference.api_version == owner.api_version
 }
 
 /// Add, update or delete.
@@ -199,12 +212,35 @@ impl Graph {
     }
 
     /// `addDependentToOwners`: links `dependent` under each owner, creating virtual owner nodes
-    /// (to be verified with a live GET) for owners not seen yet.
+    /// (to be verified with a live GET) for owners not seen yet. A reference to a known owner
+    /// whose coordinates disagree with it — a namespaced owner in another namespace (reported
+    /// with an event when the owner was observed), another name, kind or apiVersion, or a
+    /// cluster-scoped virtual owner of a namespaced dependent — sends the dependent to
+    /// attemptToDelete, which verifies its references with live GETs in its own namespace.
     fn add_dependent_to_owners(&mut self, dependent: &ObjectIdentity, owners: &[OwnerReference], work: &mut Vec<Work>) {
+        let mut potentially_invalid = false;
         for owner in owners {
             match self.nodes.get_mut(&owner.uid) {
                 Some(node) => {
                     node.dependents.insert(dependent.uid.clone());
+                    if potentially_invalid {
+                        continue;
+                    }
+                    let observed = !node.virtual_node;
+                    match &node.identity.namespace {
+                        Some(ns) if Some(ns) != dependent.namespace.as_ref() => {
+                            if observed {
+                                work.push(Work::ReportInvalidNamespaceOwnerRef(
+                                    dependent.uid.clone(),
+                                    owner.uid.clone(),
+                                ));
+                            }
+                            potentially_invalid = true;
+                        }
+                        _ if !reference_matches(owner, &node.identity) => potentially_invalid = true,
+                        None if dependent.namespace.is_some() && !observed => potentially_invalid = true,
+                        _ => {}
+                    }
                 }
                 None => {
                     let node = Node {
@@ -226,6 +262,37 @@ impl Graph {
                 }
             }
         }
+        if potentially_invalid {
+            work.push(Work::AttemptToDelete(dependent.uid.clone()));
+        }
+    }
+
+    /// `partitionDependents`: the dependents of `owner` whose references to its uid match its
+    /// coordinates, and those with a reference that does not (or in another namespace than a
+    /// namespaced owner's).
+    fn partition_dependents(&self, dependents: &HashSet<String>, owner: &ObjectIdentity) -> (Vec<String>, Vec<String>) {
+        let (mut matching, mut nonmatching) = (Vec::new(), Vec::new());
+        for dep in dependents.iter().filter_map(|uid| self.nodes.get(uid)) {
+            let (mut found_match, mut found_mismatch) = (false, false);
+            if owner.namespace.is_some() && owner.namespace != dep.identity.namespace {
+                found_mismatch = true;
+            } else {
+                for r in dep.owners.iter().filter(|r| r.uid == owner.uid) {
+                    if reference_matches(r, owner) {
+                        found_match = true;
+                    } else {
+                        found_mismatch = true;
+                    }
+                }
+            }
+            if found_match {
+                matching.push(dep.identity.uid.clone());
+            }
+            if found_mismatch {
+                nonmatching.push(dep.identity.uid.clone());
+            }
+        }
+        (matching, nonmatching)
     }
 
     fn remove_dependent_from_owners(&mut self, dependent_uid: &str, owners: &[OwnerReference]) {
@@ -260,9 +327,11 @@ impl Graph {
         }
     }
 
-    /// Applies one event (`processGraphChanges`); returns the implied work and whether the
-    /// removed node had dependents (its identity then goes to the absent-owner cache).
-    pub fn process(&mut self, ev: &GraphEvent) -> (Vec<Work>, bool) {
+    /// Applies one event (`processGraphChanges`); returns the implied work and the identity
+    /// that was verified absent, if any (for the absent-owner cache: a removed node that had
+    /// dependents, or coordinates a virtual delete found gone while an object with the same uid
+    /// but other coordinates exists).
+    pub fn process(&mut self, ev: &GraphEvent) -> (Vec<Work>, Option<ObjectIdentity>) {
         let mut work = Vec::new();
         let uid = ev.identity.uid.clone();
         let exists = self.nodes.contains_key(&uid);
@@ -281,13 +350,29 @@ impl Graph {
                 self.process_transitions(ev.old_state.as_ref(), &ev.state, &uid, &mut work);
             }
             EventType::Add | EventType::Update => {
-                let (added, removed, changed) = {
-                    let node = self.nodes.get_mut(&uid).expect("exists");
-                    if node.virtual_node {
-                        // First observation of an object known only as an owner.
-                        node.virtual_node = false;
-                        node.identity = ev.identity.clone();
+                let first_observation = self.nodes.get(&uid).filter(|n| n.virtual_node).map(|n| n.identity.clone());
+                if let Some(virtual_identity) = first_observation {
+                    // First observation of an object known only as an owner: dependents that
+                    // named it with other coordinates are re-examined (and, when it is
+                    // namespaced and they are not in its namespace, told about it).
+                    let observed = &ev.identity;
+                    if virtual_identity != *observed {
+                        let dependents = self.nodes[&uid].dependents.clone();
+                        let (_, nonmatching) = self.partition_dependents(&dependents, observed);
+                        for dep in nonmatching {
+                            let dep_ns = self.nodes.get(&dep).and_then(|d| d.identity.namespace.clone());
+                            if observed.namespace.is_some() && dep_ns != observed.namespace {
+                                work.push(Work::ReportInvalidNamespaceOwnerRef(dep.clone(), uid.clone()));
+                            }
+                            work.push(Work::AttemptToDelete(dep));
+                        }
                     }
+                    let node = self.nodes.get_mut(&uid).expect("exists");
+                    node.virtual_node = false;
+                    node.identity = observed.clone();
+                }
+                let (added, removed, changed) = {
+                    let node = self.nodes.get(&uid).expect("exists");
                     references_diffs(&node.owners, &ev.owners)
                 };
                 if !added.is_empty() || !removed.is_empty() || !changed.is_empty() {
@@ -319,15 +404,17 @@ impl Graph {
             }
             EventType::Delete => {
                 let Some(existing) = self.nodes.get(&uid) else {
-                    return (work, false);
+                    return (work, None);
                 };
                 if ev.virtual_event && !existing.virtual_node && existing.identity != ev.identity {
                     // The observed object disagrees with the coordinates that were not found:
-                    // keep it, but check it if it has owners.
-                    if !existing.owners.is_empty() {
-                        work.push(Work::AttemptToDelete(uid));
+                    // keep it; the dependents that named those coordinates lost their owner.
+                    let (matching, _) = self.partition_dependents(&existing.dependents, &ev.identity);
+                    if matching.is_empty() {
+                        return (work, None);
                     }
-                    return (work, false);
+                    work.extend(matching.into_iter().map(Work::AttemptToDelete));
+                    return (work, Some(ev.identity.clone()));
                 }
                 let node = self.nodes.remove(&uid).expect("exists");
                 self.remove_dependent_from_owners(&uid, &node.owners);
@@ -339,10 +426,11 @@ impl Graph {
                         work.push(Work::AttemptToDelete(owner.uid.clone()));
                     }
                 }
-                return (work, !node.dependents.is_empty());
+                let absent = (!node.dependents.is_empty()).then(|| ev.identity.clone());
+                return (work, absent);
             }
         }
-        (work, false)
+        (work, None)
     }
 }
 

@@ -20,6 +20,13 @@
 //!   removed from all dependents, then the finalizer.
 //! - Virtual nodes: an owner referenced but never observed is checked with a live GET; if it
 //!   does not exist, a virtual delete event removes it and its dependents are collected.
+//! - Invalid references: a namespaced owner exists only in its dependent's namespace, so a
+//!   reference to one observed in another namespace is dangling (the dependent gets a
+//!   `OwnerRefInvalidNamespace` warning event and is collected once no owner is left); so is a
+//!   reference whose uid, name or kind names no object. A cluster-scoped dependent with a
+//!   namespaced owner is never resolvable and is left alone, not retried. The absent-owner cache
+//!   is keyed by the owner's coordinates and namespace, so an owner missing from one namespace
+//!   is not taken as missing from its own.
 //!
 //! All writes are JSON merge patches carrying the `resourceVersion` read just before
 //! (ownerReferences, finalizers), or deletes with a uid precondition.
@@ -42,6 +49,7 @@ use skiff_runtime::api::{
     is_not_found,
 };
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler, WorkerConfig, run_workers};
+use skiff_runtime::events::{EVENT_TYPE_WARNING, EventRecorder};
 use skiff_runtime::informer::{MetaEvent, MetaEventHandler, SharedInformerFactory};
 use skiff_runtime::metrics::ControllerMetrics;
 use skiff_runtime::workqueue::WorkQueue;
@@ -107,11 +115,15 @@ pub struct GarbageCollector {
     attempt_to_orphan: Arc<WorkQueue<String>>,
     events_tx: mpsc::UnboundedSender<GraphEvent>,
     events_rx: Mutex<Option<mpsc::UnboundedReceiver<GraphEvent>>>,
-    absent_owners: Mutex<HashSet<String>>,
+    absent_owners: Mutex<HashSet<ObjectIdentity>>,
     monitored: Mutex<HashSet<String>>,
+    recorder: EventRecorder,
 }
 
-/// Most uids kept in the absent-owner cache before it is cleared.
+/// Reason of the warning event on a dependent whose namespaced owner is in another namespace.
+pub const OWNER_REF_INVALID_NAMESPACE: &str = "OwnerRefInvalidNamespace";
+
+/// Most identities kept in the absent-owner cache before it is cleared.
 const ABSENT_OWNER_CACHE_SIZE: usize = 500;
 
 struct GraphFeeder {
@@ -143,8 +155,9 @@ struct Classified {
 }
 
 impl GarbageCollector {
-    /// A collector using `api` for its writes and live reads and `factory` for its monitors.
-    pub fn new(api: Arc<dyn ApiClient>, factory: Arc<SharedInformerFactory>) -> Arc<Self> {
+    /// A collector using `api` for its writes and live reads, `factory` for its monitors and
+    /// `recorder` (component `garbage-collector-controller`) for its events.
+    pub fn new(api: Arc<dyn ApiClient>, factory: Arc<SharedInformerFactory>, recorder: EventRecorder) -> Arc<Self> {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         Arc::new(Self {
             api,
@@ -157,6 +170,7 @@ impl GarbageCollector {
             events_rx: Mutex::new(Some(events_rx)),
             absent_owners: Mutex::new(HashSet::new()),
             monitored: Mutex::new(HashSet::new()),
+            recorder,
         })
     }
 
@@ -206,20 +220,58 @@ impl GarbageCollector {
 
     /// Applies one graph event and queues the work it implies.
     pub fn process_graph_event(&self, ev: &GraphEvent) {
-        let (work, had_dependents) = self.graph.lock().process(ev);
-        if had_dependents {
-            let mut absent = self.absent_owners.lock();
-            if absent.len() >= ABSENT_OWNER_CACHE_SIZE {
-                absent.clear();
-            }
-            absent.insert(ev.identity.uid.clone());
+        let (work, absent) = self.graph.lock().process(ev);
+        if let Some(identity) = absent {
+            self.add_absent_owner(identity);
         }
         for w in work {
             match w {
                 Work::AttemptToDelete(uid) => self.attempt_to_delete.add(uid),
                 Work::AttemptToOrphan(uid) => self.attempt_to_orphan.add(uid),
+                Work::ReportInvalidNamespaceOwnerRef(dependent, owner) => {
+                    self.report_invalid_namespace_owner_ref(&dependent, &owner)
+                }
             }
         }
+    }
+
+    fn add_absent_owner(&self, identity: ObjectIdentity) {
+        let mut absent = self.absent_owners.lock();
+        if absent.len() >= ABSENT_OWNER_CACHE_SIZE {
+            absent.clear();
+        }
+        absent.insert(identity);
+    }
+
+    /// `reportInvalidNamespaceOwnerRef`: a warning event on the dependent, `ownerRef
+    /// [v1/ConfigMap, namespace: b, name: x, uid: …] does not exist in namespace "b"`.
+    fn report_invalid_namespace_owner_ref(&self, dependent_uid: &str, owner_uid: &str) {
+        let (dependent, reference) = {
+            let g = self.graph.lock();
+            let Some(dep) = g.node(dependent_uid) else { return };
+            let Some(r) = dep.owners.iter().find(|r| r.uid == owner_uid) else { return };
+            (dep.identity.clone(), r.clone())
+        };
+        let invalid = ObjectIdentity {
+            api_version: reference.api_version,
+            kind: reference.kind,
+            namespace: Some(dependent.namespace.clone().unwrap_or_default()),
+            name: reference.name,
+            uid: reference.uid,
+        };
+        let object = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(dependent.api_version.clone()),
+            kind: Some(dependent.kind.clone()),
+            namespace: dependent.namespace.clone(),
+            name: Some(dependent.name.clone()),
+            uid: Some(dependent.uid.clone()),
+            ..Default::default()
+        };
+        let message = format!(
+            "ownerRef {invalid} does not exist in namespace {:?}",
+            dependent.namespace.as_deref().unwrap_or_default()
+        );
+        self.recorder.event(&object, EVENT_TYPE_WARNING, OWNER_REF_INVALID_NAMESPACE, &message);
     }
 
     /// Applies every graph event queued so far (tests drive the collector with this).
@@ -275,10 +327,25 @@ impl GarbageCollector {
         reference: &OwnerReference,
         item: &ObjectIdentity,
     ) -> Result<(bool, Option<ObjectMeta>), GcError> {
-        if self.absent_owners.lock().contains(&reference.uid) {
+        // Keyed by coordinates: first as a cluster-scoped owner, then in the item's namespace.
+        let mut key = ObjectIdentity {
+            api_version: reference.api_version.clone(),
+            kind: reference.kind.clone(),
+            namespace: None,
+            name: reference.name.clone(),
+            uid: reference.uid.clone(),
+        };
+        if self.absent_owners.lock().contains(&key) {
+            return Ok((true, None));
+        }
+        key.namespace = item.namespace.clone();
+        if self.absent_owners.lock().contains(&key) {
             return Ok((true, None));
         }
         let r = self.resource_for(&reference.api_version, &reference.kind)?;
+        if !r.namespaced {
+            key.namespace = None;
+        }
         let ns = if r.namespaced {
             match &item.namespace {
                 Some(ns) => Some(ns.as_str()),
@@ -296,13 +363,13 @@ impl GarbageCollector {
             Ok(owner) => {
                 let meta = meta_of(&owner);
                 if meta.uid.as_deref() != Some(reference.uid.as_str()) {
-                    self.absent_owners.lock().insert(reference.uid.clone());
+                    self.add_absent_owner(key);
                     return Ok((true, None));
                 }
                 Ok((false, Some(meta)))
             }
             Err(e) if is_not_found(&e) => {
-                self.absent_owners.lock().insert(reference.uid.clone());
+                self.add_absent_owner(key);
                 Ok((true, None))
             }
             Err(e) => Err(e.into()),
@@ -638,9 +705,14 @@ mod tests {
                 discovered(resource_of::<Pod>(), true),
                 discovered(widget(), true),
                 discovered(resource_of::<k8s_openapi::api::core::v1::Event>(), true),
+                discovered(resource_of::<k8s_openapi::api::core::v1::Node>(), false),
             ]);
-            let gc = GarbageCollector::new(api.clone(), Arc::new(SharedInformerFactory::for_tests()));
-            assert_eq!(gc.sync_monitors().await.unwrap(), 4, "events are not monitored");
+            let gc = GarbageCollector::new(
+                api.clone(),
+                Arc::new(SharedInformerFactory::for_tests()),
+                EventRecorder::recording("garbage-collector-controller"),
+            );
+            assert_eq!(gc.sync_monitors().await.unwrap(), 5, "events are not monitored");
             Self { api, gc }
         }
 
@@ -713,6 +785,20 @@ mod tests {
             ..Default::default()
         }
     }
+
+    fn in_namespace(mut m: ObjectMeta, ns: Option<&str>) -> ObjectMeta {
+        m.namespace = ns.map(str::to_string);
+        m
+    }
+
+    impl Fixture {
+        fn events(&self) -> Vec<String> {
+            self.gc.recorder.recorded().iter().map(|e| e.summary()).collect()
+        }
+    }
+
+    const INVALID_NAMESPACE_EVENT: &str = "Warning OwnerRefInvalidNamespace ownerRef [apps/v1/Deployment, \
+        namespace: ns-b, name: web, uid: web-uid] does not exist in namespace \"ns-b\"";
 
     fn deleting(mut m: ObjectMeta, finalizer: &str) -> ObjectMeta {
         m.deletion_timestamp = Some(Time(Timestamp::from_second(1_700_000_000).unwrap()));
@@ -834,6 +920,102 @@ mod tests {
         f.api.clear_actions();
         f.run_attempts().await;
         assert_eq!(f.deletes(), [("gizmo-worker".to_string(), Some(PropagationPolicy::Background))]);
+    }
+
+    #[tokio::test]
+    async fn a_namespaced_owner_in_another_namespace_is_absent_and_its_dependent_is_collected_with_an_event() {
+        let f = Fixture::new().await;
+        let (d_ar, pod_ar) = (resource_of::<Deployment>(), resource_of::<Pod>());
+        let d = f.add(&d_ar, in_namespace(meta("web", &[]), Some("ns-a")));
+        let bad = f.add(&pod_ar, in_namespace(meta("bad", &[(&d, &d_ar, true)]), Some("ns-b")));
+        assert_eq!(f.events(), [INVALID_NAMESPACE_EVENT]);
+        let event = &f.gc.recorder.recorded()[0];
+        assert_eq!(event.object.name.as_deref(), Some("bad"));
+        assert_eq!(event.object.namespace.as_deref(), Some("ns-b"));
+        f.api.clear_actions();
+        f.run_attempts().await;
+        assert_eq!(f.deletes(), [("bad".to_string(), Some(PropagationPolicy::Background))]);
+        let _ = bad;
+
+        // The owner is absent from ns-b only: its dependent in its own namespace stays.
+        let good = f.add(&pod_ar, in_namespace(meta("good", &[(&d, &d_ar, true)]), Some("ns-a")));
+        f.api.clear_actions();
+        f.gc.attempt_to_delete_item(good.uid.as_deref().unwrap()).await.unwrap();
+        assert!(f.deletes().is_empty());
+        assert_eq!(f.events().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_dependent_seen_before_its_owner_in_another_namespace_gets_the_event_and_is_collected() {
+        let f = Fixture::new().await;
+        let (d_ar, pod_ar) = (resource_of::<Deployment>(), resource_of::<Pod>());
+        let d = in_namespace(meta("web", &[]), Some("ns-a"));
+        f.add(&pod_ar, in_namespace(meta("bad", &[(&d, &d_ar, true)]), Some("ns-b")));
+        assert!(f.events().is_empty(), "a virtual owner is not known to be elsewhere");
+        // The owner is observed in ns-a before the virtual node was verified.
+        f.add(&d_ar, d.clone());
+        assert_eq!(f.events(), [INVALID_NAMESPACE_EVENT]);
+        f.api.clear_actions();
+        f.run_attempts().await;
+        assert_eq!(f.deletes(), [("bad".to_string(), Some(PropagationPolicy::Background))]);
+        assert!(f.gc.with_graph(|g| g.node("web-uid").is_some_and(|n| !n.virtual_node)));
+    }
+
+    #[tokio::test]
+    async fn a_cluster_scoped_dependent_of_a_namespaced_owner_is_reported_and_never_collected() {
+        let f = Fixture::new().await;
+        let (d_ar, node_ar) = (resource_of::<Deployment>(), resource_of::<k8s_openapi::api::core::v1::Node>());
+        let d = f.add(&d_ar, in_namespace(meta("web", &[]), Some("ns-a")));
+        let n = f.add(&node_ar, in_namespace(meta("n1", &[(&d, &d_ar, true)]), None));
+        assert_eq!(
+            f.events(),
+            ["Warning OwnerRefInvalidNamespace ownerRef [apps/v1/Deployment, namespace: , name: web, uid: web-uid] \
+              does not exist in namespace \"\""]
+        );
+        f.api.clear_actions();
+        let err = f.gc.attempt_to_delete_item(n.uid.as_deref().unwrap()).await.unwrap_err();
+        assert!(matches!(err, GcError::NamespacedOwnerOfClusterScopedObject(..)), "{err}");
+        assert!(f.deletes().is_empty());
+        // Not retried.
+        let reconciled = AttemptToDelete(f.gc.clone()).reconcile(n.uid.as_deref().unwrap()).await.unwrap();
+        assert_eq!(reconciled, Action::AwaitChange);
+    }
+
+    #[tokio::test]
+    async fn a_reference_with_the_right_uid_but_another_kind_or_name_is_dangling() {
+        let f = Fixture::new().await;
+        let (d_ar, rs_ar, pod_ar) = (resource_of::<Deployment>(), resource_of::<ReplicaSet>(), resource_of::<Pod>());
+        let d = f.add(&d_ar, meta("web", &[]));
+        // The uid is the Deployment's; the kind says ReplicaSet, and no ReplicaSet "web" exists.
+        f.add(&pod_ar, meta("wrong-kind", &[(&d, &rs_ar, true)]));
+        let mut renamed = d.clone();
+        renamed.name = Some("other".into());
+        f.add(&pod_ar, meta("wrong-name", &[(&renamed, &d_ar, true)]));
+        let right = f.add(&pod_ar, meta("right", &[(&d, &d_ar, true)]));
+        assert!(f.events().is_empty(), "same namespace: no event");
+        f.api.clear_actions();
+        f.run_attempts().await;
+        let mut deleted: Vec<String> = f.deletes().into_iter().map(|(n, _)| n).collect();
+        deleted.sort();
+        assert_eq!(deleted, ["wrong-kind", "wrong-name"]);
+        // The owner itself is not taken for absent.
+        f.api.clear_actions();
+        f.gc.attempt_to_delete_item(right.uid.as_deref().unwrap()).await.unwrap();
+        assert!(f.deletes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_owner_whose_name_now_belongs_to_another_uid_is_dangling() {
+        let f = Fixture::new().await;
+        let (d_ar, pod_ar) = (resource_of::<Deployment>(), resource_of::<Pod>());
+        f.add(&d_ar, meta("web", &[]));
+        let mut old = meta("web", &[]);
+        old.uid = Some("old-web-uid".into());
+        f.add(&pod_ar, meta("leftover", &[(&old, &d_ar, true)]));
+        f.api.clear_actions();
+        f.run_attempts().await;
+        f.run_attempts().await;
+        assert_eq!(f.deletes(), [("leftover".to_string(), Some(PropagationPolicy::Background))]);
     }
 
     #[test]

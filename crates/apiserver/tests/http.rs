@@ -237,6 +237,32 @@ async fn deployment_status_is_split_from_spec_and_generation_tracks_spec() {
     assert_eq!(s.code, 200, "{}", s.body);
     assert_eq!(s.body["status"]["replicas"], 5);
     assert_eq!(s.body["spec"]["replicas"], 2);
+    assert_eq!(s.body["metadata"]["generation"], 1);
+
+    // /status writes the metadata too (the controller's revision annotation), but not the
+    // Deployment's labels (deploymentStatusStrategy).
+    let mut obj = s.body.clone();
+    obj["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "1"});
+    obj["metadata"]["labels"] = json!({"other": "x"});
+    let s = json_call(c, "PUT", "/apis/apps/v1/namespaces/default/deployments/web/status", obj).await;
+    assert_eq!(s.code, 200, "{}", s.body);
+    assert_eq!(s.body["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "1", "{}", s.body);
+    assert!(s.body["metadata"]["labels"].get("other").is_none(), "{}", s.body);
+    assert_eq!(s.body["metadata"]["generation"], 1);
+
+    // An annotation change through the main resource bumps generation (they are copied to
+    // the ReplicaSets).
+    let a = call(
+        c,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+        "application/merge-patch+json",
+        Some(br#"{"metadata":{"annotations":{"kubernetes.io/change-cause":"x"}}}"#.to_vec()),
+        None,
+    )
+    .await;
+    assert_eq!(a.code, 200, "{}", a.body);
+    assert_eq!(a.body["metadata"]["generation"], 2);
 
     // A spec change bumps generation.
     let p = call(
@@ -249,7 +275,7 @@ async fn deployment_status_is_split_from_spec_and_generation_tracks_spec() {
     )
     .await;
     assert_eq!(p.code, 200, "{}", p.body);
-    assert_eq!(p.body["metadata"]["generation"], 2);
+    assert_eq!(p.body["metadata"]["generation"], 3);
 
     // Scale.
     let sc = get(c, "/apis/apps/v1/namespaces/default/deployments/web/scale").await;

@@ -788,7 +788,12 @@ impl Objects {
             custom_prune(def, &mut new, opts.field_validation, &mut warnings)?;
             if def.generation {
                 let old_gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
-                let generation = if spec_part(&old) != spec_part(&new) { old_gen + 1 } else { old_gen };
+                // A Deployment's annotations are copied to its ReplicaSets: changing them is a
+                // change its controller must observe (`deploymentStrategy.PrepareForUpdate`).
+                let annotations_count = def.group == "apps" && def.resource == "deployments" && subresource.is_none();
+                let changed = spec_part(&old) != spec_part(&new)
+                    || (annotations_count && old["metadata"]["annotations"] != new["metadata"]["annotations"]);
+                let generation = if changed { old_gen + 1 } else { old_gen };
                 meta_mut(&mut new).insert("generation".into(), json!(generation));
             }
             let attrs = seam::Attributes {

@@ -95,11 +95,14 @@ pub fn validate_object(
 }
 
 /// `PrepareForUpdate`: what the main resource and each subresource may change. A `/status`
-/// write changes only the status, `namespaces/finalize` only `spec.finalizers`; a write of the
-/// main resource keeps the system metadata and (where there is a status subresource) the status.
+/// write of a built-in resource changes the status and the metadata but not the spec (its
+/// `StatusStrategy`, e.g. `pkg/registry/apps/deployment/strategy.go`; the Deployment controller
+/// writes the revision annotation with its status); a custom resource's `/status` changes only
+/// the status. `namespaces/finalize` changes only `spec.finalizers`; a write of the main resource
+/// keeps the system metadata and (where there is a status subresource) the status.
 pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Value, mut new: Value) -> Value {
     match subresource {
-        Some("status") => {
+        Some("status") if def.custom.is_some() => {
             // Only status changes; everything else stays as stored.
             let mut out = old.clone();
             match new.get("status") {
@@ -108,28 +111,29 @@ pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Va
             }
             return out;
         }
+        Some("status") => {
+            keep_system_metadata(old, &mut new);
+            keep_spec(old, &mut new);
+            // Metadata a kind's status strategy also keeps.
+            let kept: &[&str] = match (def.group, def.resource) {
+                ("apps", "deployments") => &["labels"],
+                ("", "pods") => &["ownerReferences"],
+                _ => &[],
+            };
+            let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
+            let meta = meta_mut(&mut new);
+            for f in kept {
+                match old_meta.get(*f) {
+                    Some(v) => meta.insert(f.to_string(), v.clone()),
+                    None => meta.remove(*f),
+                };
+            }
+            return new;
+        }
         Some("finalize") => return namespace::prepare_for_finalize(old, &new),
         _ => {}
     }
-    {
-        let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
-        let meta = meta_mut(&mut new);
-        for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
-            match old_meta.get(f) {
-                Some(v) => meta.insert(f.to_string(), v.clone()),
-                None => meta.remove(f),
-            };
-        }
-        if let Some(ns) = old_meta.get("namespace") {
-            meta.insert("namespace".into(), ns.clone());
-        }
-        if !meta.contains_key("managedFields")
-            && let Some(mf) = old_meta.get("managedFields")
-        {
-            meta.insert("managedFields".into(), mf.clone());
-        }
-        meta.remove("selfLink");
-    }
+    keep_system_metadata(old, &mut new);
     if def.has_status() && subresource != Some("binding") {
         match old.get("status") {
             Some(s) => set_in(&mut new, &["status"], s.clone()),
@@ -140,4 +144,39 @@ pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Va
         namespace::prepare_for_update(old, &mut new);
     }
     new
+}
+
+/// `rest.BeforeUpdate`'s system metadata: uid, creation and deletion timestamps, generation
+/// and namespace stay as stored, managedFields too unless the request sends them.
+fn keep_system_metadata(old: &Value, new: &mut Value) {
+    let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
+    let meta = meta_mut(new);
+    for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        match old_meta.get(f) {
+            Some(v) => meta.insert(f.to_string(), v.clone()),
+            None => meta.remove(f),
+        };
+    }
+    if let Some(ns) = old_meta.get("namespace") {
+        meta.insert("namespace".into(), ns.clone());
+    }
+    if !meta.contains_key("managedFields")
+        && let Some(mf) = old_meta.get("managedFields")
+    {
+        meta.insert("managedFields".into(), mf.clone());
+    }
+    meta.remove("selfLink");
+}
+
+/// Everything but the metadata and the status stays as stored (`newObj.Spec = oldObj.Spec`,
+/// also for kinds whose desired state is not under `spec`).
+fn keep_spec(old: &Value, new: &mut Value) {
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object_mut()) else { return };
+    let own = |k: &str| matches!(k, "metadata" | "status" | "apiVersion" | "kind");
+    new.retain(|k, _| own(k));
+    for (k, v) in old {
+        if !own(k) {
+            new.insert(k.clone(), v.clone());
+        }
+    }
 }

@@ -9,6 +9,16 @@
 //! cluster IP allocation (the API server), a Pod's `status` (the API server's PrepareForCreate).
 //!
 //! [`apply_defaults`] is idempotent: it only fills absent fields.
+//!
+//! Deprecated alias fields are kept in step as Kubernetes' conversion keeps them
+//! (`pkg/apis/core/v1/conversion.go`, the Service registry's `normalizeClusterIPs`): on the way
+//! in, an alias a client set alone fills the field it stands for (`spec.serviceAccount` →
+//! `serviceAccountName`, `status.podIP` → `podIPs`, `hostIP` → `hostIPs`, a Node's `podCIDR`
+//! → `podCIDRs`, a Service's `clusterIP` → `clusterIPs`); on the way out
+//! ([`mirror_deprecated_aliases`]) the alias repeats the field (`serviceAccount =
+//! serviceAccountName`, `podIP = podIPs[0].ip`, `hostIP = hostIPs[0].ip`, `podCIDR =
+//! podCIDRs[0]`). Where a client sent both and they differ, the new field wins for
+//! `serviceAccountName` and the singular one for `podIP`/`hostIP`/`podCIDR`, as there.
 
 use serde_json::{Map, Value, json};
 
@@ -52,6 +62,105 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 set_str(m, "preemptionPolicy", "PreemptLowerPriority");
+            }
+        }
+        _ => {}
+    }
+    mirror_deprecated_aliases(api_version, kind, obj);
+}
+
+/// The pod specs of an object of `(group, kind)`: a Pod's own, or its workload template's.
+fn pod_specs<'a>(group: &str, kind: &str, obj: &'a mut Value) -> Option<&'a mut Map<String, Value>> {
+    let pointer = match (group, kind) {
+        ("", "Pod") => "/spec",
+        ("", "PodTemplate") => "/template/spec",
+        ("", "ReplicationController")
+        | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        | ("batch", "Job") => "/spec/template/spec",
+        ("batch", "CronJob") => "/spec/jobTemplate/spec/template/spec",
+        _ => return None,
+    };
+    obj.pointer_mut(pointer).and_then(Value::as_object_mut)
+}
+
+fn non_empty_str<'a>(m: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    m.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// `v1` → internal for a singular field and its plural (`podIP`/`podIPs` with `{"ip": …}`
+/// items when `item_key` is set, `podCIDR`/`podCIDRs` with plain strings otherwise): a
+/// singular value alone becomes the list; a singular that differs from the list's first item
+/// is authoritative (an older client changed it).
+fn singular_into_plural(m: &mut Map<String, Value>, singular: &str, plural: &str, item_key: Option<&str>) {
+    let Some(one) = non_empty_str(m, singular).map(str::to_string) else { return };
+    let first = m.get(plural).and_then(Value::as_array).and_then(|a| a.first()).map(|v| match item_key {
+        Some(k) => v.get(k).and_then(Value::as_str).unwrap_or_default().to_string(),
+        None => v.as_str().unwrap_or_default().to_string(),
+    });
+    if first.as_deref() != Some(one.as_str()) {
+        let item = match item_key {
+            Some(k) => json!({ k: one }),
+            None => json!(one),
+        };
+        m.insert(plural.to_string(), json!([item]));
+    }
+}
+
+/// Internal → `v1`: the singular field repeats the plural's first item.
+fn plural_into_singular(m: &mut Map<String, Value>, singular: &str, plural: &str, item_key: Option<&str>) {
+    let first = m.get(plural).and_then(Value::as_array).and_then(|a| a.first()).and_then(|v| match item_key {
+        Some(k) => v.get(k).and_then(Value::as_str),
+        None => v.as_str(),
+    });
+    if let Some(first) = first.filter(|s| !s.is_empty()).map(str::to_string) {
+        m.insert(singular.to_string(), Value::String(first));
+    }
+}
+
+/// Keeps deprecated alias fields in step with the fields they stand for (see the module docs):
+/// the alias a client set alone fills the field, then the alias repeats the field. Called by
+/// [`apply_defaults`] and again by the API server after mutating admission (which may set
+/// `serviceAccountName`), as Kubernetes converts the stored object back to `v1`.
+pub fn mirror_deprecated_aliases(api_version: &str, kind: &str, obj: &mut Value) {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    if let Some(spec) = pod_specs(group, kind, obj) {
+        // `serviceAccount` is the deprecated alias of `serviceAccountName`; the latter wins.
+        if non_empty_str(spec, "serviceAccountName").is_none()
+            && let Some(sa) = non_empty_str(spec, "serviceAccount").map(str::to_string)
+        {
+            spec.insert("serviceAccountName".into(), Value::String(sa));
+        }
+        match non_empty_str(spec, "serviceAccountName").map(str::to_string) {
+            Some(name) => {
+                spec.insert("serviceAccount".into(), Value::String(name));
+            }
+            None => {
+                spec.remove("serviceAccount");
+            }
+        }
+    }
+    match (group, kind) {
+        ("", "Pod") => {
+            if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
+                for (one, many) in [("podIP", "podIPs"), ("hostIP", "hostIPs")] {
+                    singular_into_plural(status, one, many, Some("ip"));
+                    plural_into_singular(status, one, many, Some("ip"));
+                }
+            }
+        }
+        ("", "Node") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                singular_into_plural(spec, "podCIDR", "podCIDRs", None);
+                plural_into_singular(spec, "podCIDR", "podCIDRs", None);
+            }
+        }
+        ("", "Service") => {
+            // `normalizeClusterIPs`: an older client sets only `clusterIP`.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+                && let Some(ip) = non_empty_str(spec, "clusterIP").map(str::to_string)
+                && spec.get("clusterIPs").and_then(Value::as_array).is_none_or(Vec::is_empty)
+            {
+                spec.insert("clusterIPs".into(), json!([ip]));
             }
         }
         _ => {}
@@ -554,6 +663,89 @@ mod tests {
         assert_eq!(tolerations.len(), 2);
         assert_eq!(tolerations[0]["key"], "node.kubernetes.io/not-ready");
         assert_eq!(tolerations[0]["tolerationSeconds"], 300);
+    }
+
+    #[test]
+    fn the_deprecated_service_account_alias_fills_service_account_name_and_mirrors_it() {
+        // Only the alias: it becomes the name, and stays as the alias.
+        let pod = check(
+            "v1",
+            "Pod",
+            json!({"spec": {"serviceAccount": "sa1", "containers": [{"name": "c", "image": "x"}]}}),
+            &[("/spec/serviceAccountName", json!("sa1")), ("/spec/serviceAccount", json!("sa1"))],
+        );
+        let _ = pod;
+        // Only the name: the alias repeats it.
+        check(
+            "v1",
+            "Pod",
+            json!({"spec": {"serviceAccountName": "sa2", "containers": []}}),
+            &[("/spec/serviceAccount", json!("sa2"))],
+        );
+        // Both, differing: the name wins.
+        check(
+            "v1",
+            "Pod",
+            json!({"spec": {"serviceAccountName": "new", "serviceAccount": "old", "containers": []}}),
+            &[("/spec/serviceAccountName", json!("new")), ("/spec/serviceAccount", json!("new"))],
+        );
+        // Every pod template too.
+        for (api_version, kind, obj, pointer) in [
+            (
+                "apps/v1",
+                "Deployment",
+                json!({"spec": {"template": {"spec": {"serviceAccount": "sa"}}}}),
+                "/spec/template/spec",
+            ),
+            (
+                "batch/v1",
+                "CronJob",
+                json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"serviceAccount": "sa"}}}}}}),
+                "/spec/jobTemplate/spec/template/spec",
+            ),
+            ("v1", "PodTemplate", json!({"template": {"spec": {"serviceAccount": "sa"}}}), "/template/spec"),
+        ] {
+            check(api_version, kind, obj, &[(&format!("{pointer}/serviceAccountName"), json!("sa"))]);
+        }
+        // Neither: no alias appears.
+        let mut none = json!({"spec": {"containers": []}});
+        apply_defaults("v1", "Pod", &mut none);
+        assert!(none["spec"].get("serviceAccount").is_none());
+    }
+
+    #[test]
+    fn pod_ips_host_ips_pod_cidrs_and_cluster_ips_follow_their_singular_aliases() {
+        // A client that sets only the singular field (older kubelets).
+        let mut pod = json!({"spec": {}, "status": {"podIP": "10.0.0.5", "hostIP": "192.168.1.2"}});
+        apply_defaults("v1", "Pod", &mut pod);
+        assert_eq!(pod["status"]["podIPs"], json!([{"ip": "10.0.0.5"}]));
+        assert_eq!(pod["status"]["hostIPs"], json!([{"ip": "192.168.1.2"}]));
+        // Only the plural: the singular repeats its first item.
+        let mut pod = json!({"spec": {}, "status": {"podIPs": [{"ip": "10.0.0.6"}, {"ip": "fd00::6"}]}});
+        apply_defaults("v1", "Pod", &mut pod);
+        assert_eq!(pod["status"]["podIP"], "10.0.0.6");
+        assert_eq!(pod["status"]["podIPs"][1]["ip"], "fd00::6");
+        // Both, differing: the singular is authoritative.
+        let mut pod = json!({"spec": {}, "status": {"podIP": "10.0.0.7", "podIPs": [{"ip": "10.0.0.6"}]}});
+        apply_defaults("v1", "Pod", &mut pod);
+        assert_eq!(pod["status"]["podIPs"], json!([{"ip": "10.0.0.7"}]));
+
+        let mut node = json!({"spec": {"podCIDR": "10.42.0.0/24"}});
+        apply_defaults("v1", "Node", &mut node);
+        assert_eq!(node["spec"]["podCIDRs"], json!(["10.42.0.0/24"]));
+        let mut node = json!({"spec": {"podCIDRs": ["10.42.1.0/24"]}});
+        apply_defaults("v1", "Node", &mut node);
+        assert_eq!(node["spec"]["podCIDR"], "10.42.1.0/24");
+
+        check(
+            "v1",
+            "Service",
+            json!({"spec": {"clusterIP": "None", "ports": [{"port": 80}]}}),
+            &[("/spec/clusterIPs", json!(["None"]))],
+        );
+        let mut svc = json!({"spec": {"ports": [{"port": 80}]}});
+        apply_defaults("v1", "Service", &mut svc);
+        assert!(svc["spec"].get("clusterIPs").is_none());
     }
 
     #[test]

@@ -85,6 +85,13 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
     skiff_apimachinery::defaults::apply_defaults(api_version, kind, obj)
 }
 
+/// Brings deprecated alias fields (`spec.serviceAccount`, `status.podIP`, …) in step with the
+/// fields they stand for, after mutating admission changed the object (as Kubernetes' conversion
+/// back to `v1` does).
+pub fn mirror_deprecated_aliases(api_version: &str, kind: &str, obj: &mut Value) {
+    skiff_apimachinery::defaults::mirror_deprecated_aliases(api_version, kind, obj)
+}
+
 /// Table column definitions (`metav1.TableColumnDefinition` JSON) for a kind.
 pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
     skiff_apimachinery::table::column_definitions(api_version, kind)

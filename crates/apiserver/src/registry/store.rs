@@ -694,6 +694,7 @@ impl Objects {
             dry_run: opts.dry_run,
         };
         self.admission.mutate_collecting(&attrs, &mut obj, &mut warnings).await?;
+        machinery::mirror_deprecated_aliases(&api_version, &kind, &mut obj);
         let causes = validate_object(def, &api_version, &kind, &obj, None);
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
@@ -807,6 +808,7 @@ impl Objects {
                 dry_run: opts.dry_run,
             };
             self.admission.mutate_collecting(&attrs, &mut new, &mut warnings).await?;
+            machinery::mirror_deprecated_aliases(&api_version, &kind, &mut new);
             // A binding changes only spec.nodeName, which pod update validation forbids.
             if subresource != Some("binding") {
                 let causes = validate_object(def, &api_version, &kind, &new, Some(&old));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates crates/apiserver/src/protobuf_schema.json: for every Kubernetes protobuf message
+"""Generates crates/apiserver/src/registry/protobuf_schema.json: for every Kubernetes protobuf message
 skiff decodes, its fields as [tag, jsonName, kind, messageType, repeated, mapValueKind,
 mapValueMessage].
 
@@ -102,7 +102,7 @@ for d in DIRS:
                 fields.append([tag, names.get(norm(rname), camel(rname)), kind, msg, repeated, "", ""])
         i += 1
 
-out = os.path.join(os.path.dirname(__file__), "..", "src", "protobuf_schema.json")
+out = os.path.join(os.path.dirname(__file__), "..", "src", "registry", "protobuf_schema.json")
 with open(out, "w") as fh:
     json.dump(schema, fh, separators=(",", ":"), sort_keys=True)
 print(f"{len(schema)} messages -> {out}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates crates/apiserver/src/endpoints/protobuf_zero_omitted.json: for every Kubernetes
+"""Generates crates/apiserver/src/registry/protobuf_zero_omitted.json: for every Kubernetes
 protobuf message skiff decodes, the tags of its scalar fields whose zero value means "unset".
 
 Go's protobuf encoders write every non-pointer field, zero or not (`stdin: false`,
@@ -15,7 +15,7 @@ serves (v0.33.x):
 import glob, json, os, re, sys
 
 api_dir, apimachinery_dir = sys.argv[1], sys.argv[2]
-SCHEMA = os.path.join(os.path.dirname(__file__), "..", "src", "endpoints", "protobuf_schema.json")
+SCHEMA = os.path.join(os.path.dirname(__file__), "..", "src", "registry", "protobuf_schema.json")
 # k8s-pb spells initialisms as words (`HttpGetAction` for `HTTPGetAction`): match ignoring case.
 known = {name.lower(): name for name in json.load(open(SCHEMA))}
 
@@ -59,7 +59,7 @@ for d, prefix in packages:
                 tags.append(int(tag))
             out[msg] = sorted(tags)
 
-path = os.path.join(os.path.dirname(__file__), "..", "src", "endpoints", "protobuf_zero_omitted.json")
+path = os.path.join(os.path.dirname(__file__), "..", "src", "registry", "protobuf_zero_omitted.json")
 with open(path, "w") as fh:
     json.dump(out, fh, separators=(",", ":"), sort_keys=True)
 print(f"{len(out)} messages -> {path}")

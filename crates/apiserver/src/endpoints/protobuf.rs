@@ -3,58 +3,31 @@
 //! client-go's typed clients (kubectl's `create configmap|secret|token`, `auth can-i`, …) send
 //! protobuf. The body is Kubernetes' envelope (<https://kubernetes.io/docs/reference/using-api/api-concepts/#protobuf-encoding>):
 //! the magic `k8s\0` then a `runtime.Unknown` whose `raw` holds the object's message. Field
-//! numbers and JSON names come from `protobuf_schema.json`, generated from the `k8s-pb` and
-//! `k8s-openapi` crates by `tools/gen_protobuf_schema.py`. Responses are always JSON (clients ask
+//! numbers and JSON names come from [`go_json::SCHEMA`]. Responses are always JSON (clients ask
 //! for `application/vnd.kubernetes.protobuf,application/json`).
 //!
 //! A body decodes to the JSON Kubernetes would store for it: Go's encoders write every
 //! non-pointer field, so a zero `stdin`, `hostIPC` or `generation` and a zero `Time` are on the
 //! wire although Go's JSON leaves them out (`omitempty`, and `null` for a zero time). Those
-//! zeros are dropped here for the fields `protobuf_zero_omitted.json` lists (the non-pointer
-//! `omitempty` scalars of the Go types, from `tools/gen_protobuf_zero_omitted.py`); a pointer
-//! field keeps its explicit `false`/`0`. Otherwise a template sent by a typed client (`kubectl
+//! zeros are dropped here for the non-pointer `omitempty` scalars of the Go types
+//! ([`go_json`]); a pointer field keeps its explicit `false`/`0`. Otherwise a template sent by a typed client (`kubectl
 //! create deployment`) would not equal the same template sent as JSON (`kubectl rollout undo`).
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
 use base64::Engine;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use skiff_apimachinery::ApiError;
+
+use crate::registry::go_json::{self, SCHEMA};
 
 /// The protobuf media type.
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
-#[derive(Debug, Deserialize)]
-struct Field(u32, String, String, String, bool, String, String);
-
-static SCHEMA: LazyLock<HashMap<String, HashMap<u32, Field>>> = LazyLock::new(|| {
-    let raw: HashMap<String, Vec<Field>> =
-        serde_json::from_str(include_str!("protobuf_schema.json")).unwrap_or_default();
-    raw.into_iter().map(|(k, fields)| (k, fields.into_iter().map(|f| (f.0, f)).collect())).collect()
-});
-
-/// message → tags of its scalar fields whose zero value means unset (see the module docs).
-static ZERO_OMITTED: LazyLock<HashMap<String, Vec<u32>>> =
-    LazyLock::new(|| serde_json::from_str(include_str!("protobuf_zero_omitted.json")).unwrap_or_default());
-
 /// Whether a decoded non-repeated scalar is a zero Go leaves out of its JSON. Messages the
 /// table does not know keep the older rule: only empty strings are left out.
 fn zero_omitted(message: &str, tag: u32, v: &Value) -> bool {
-    let zero = match v {
-        Value::String(s) => s.is_empty(),
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        _ => false,
-    };
-    if !zero {
-        return false;
-    }
-    match ZERO_OMITTED.get(message) {
-        Some(tags) => tags.contains(&tag),
-        None => v.as_str().is_some(),
-    }
+    go_json::zero_omitted(message, tag, v).unwrap_or_else(|| v.as_str() == Some(""))
 }
 
 fn bad(what: &str) -> ApiError {
@@ -266,16 +239,6 @@ fn message(name: &str, bytes: &[u8], depth: usize) -> Result<Value, ApiError> {
     Ok(Value::Object(out))
 }
 
-/// The protobuf package of an API group (`apps` → `api.apps`).
-fn package(group: &str) -> String {
-    match group {
-        "" => "api.core".into(),
-        "apiextensions.k8s.io" => "apiextensions_apiserver.pkg.apis.apiextensions".into(),
-        "meta.k8s.io" => "apimachinery.pkg.apis.meta".into(),
-        g => format!("api.{}", g.split('.').next().unwrap_or(g)),
-    }
-}
-
 /// Decodes a protobuf request body (envelope included) into the object's JSON form.
 pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let rest = body.strip_prefix(b"k8s\0").ok_or_else(|| bad("missing the k8s protobuf envelope"))?;
@@ -284,8 +247,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let kind = unknown["typeMeta"]["kind"].as_str().unwrap_or("").to_string();
     let raw = unknown["raw"].as_str().unwrap_or("");
     let raw = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|_| bad("raw"))?;
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version.as_str()));
-    let name = format!("{}.{version}.{kind}", package(group));
+    let name = go_json::message_name(&api_version, &kind);
     let obj = message(&name, &raw, 0)?;
     let mut out = Map::new();
     out.insert("apiVersion".into(), Value::String(api_version.clone()));

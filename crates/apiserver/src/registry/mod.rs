@@ -8,6 +8,7 @@
 pub mod convert;
 pub mod core;
 pub mod crd;
+pub mod go_json;
 pub mod machinery;
 pub mod managedfields;
 pub mod schema;

@@ -456,8 +456,9 @@ pub fn check_type(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Typed decoding plus unknown/duplicate field detection. Returns the canonical object and the
-/// warnings for `Warn`.
+/// Typed decoding plus unknown/duplicate field detection. Returns the canonical object (zero
+/// values Go's JSON omits left out, [`go_json`](crate::registry::go_json)) and the warnings
+/// for `Warn`.
 pub fn typed_decode(
     api_version: &str,
     kind: &str,
@@ -467,28 +468,23 @@ pub fn typed_decode(
 ) -> Result<(Value, Vec<String>), ApiError> {
     let version = api_version.rsplit('/').next().unwrap_or(api_version);
     let prefix = || format!("{kind} in version \"{version}\" cannot be handled as a {kind}");
-    let typed = match schema::normalize(api_version, kind, &obj) {
+    let mut typed = match schema::normalize(api_version, kind, &obj) {
         None => obj.clone(),
         Some(Ok(t)) => t,
         Some(Err(e)) => return Err(ApiError::bad_request(format!("{}: {e}", prefix()))),
     };
-    if fv == FieldValidation::Ignore {
-        return Ok((typed, Vec::new()));
-    }
-    let mut problems: Vec<String> =
-        schema::unknown_fields(&obj, &typed).into_iter().map(|p| format!("unknown field \"{p}\"")).collect();
-    if let Some(raw) = raw {
-        problems.extend(schema::duplicate_fields(raw).into_iter().map(|p| format!("duplicate field \"{p}\"")));
-    }
-    if problems.is_empty() {
-        return Ok((typed, Vec::new()));
-    }
-    match fv {
-        FieldValidation::Strict => {
-            Err(ApiError::bad_request(format!("{}: strict decoding error: {}", prefix(), problems.join(", "))))
+    let mut problems: Vec<String> = Vec::new();
+    if fv != FieldValidation::Ignore {
+        problems.extend(schema::unknown_fields(&obj, &typed).into_iter().map(|p| format!("unknown field \"{p}\"")));
+        if let Some(raw) = raw {
+            problems.extend(schema::duplicate_fields(raw).into_iter().map(|p| format!("duplicate field \"{p}\"")));
         }
-        _ => Ok((typed, problems)),
     }
+    if !problems.is_empty() && fv == FieldValidation::Strict {
+        return Err(ApiError::bad_request(format!("{}: strict decoding error: {}", prefix(), problems.join(", "))));
+    }
+    crate::registry::go_json::omit_zero_values(api_version, kind, &mut typed);
+    Ok((typed, problems))
 }
 
 impl Objects {

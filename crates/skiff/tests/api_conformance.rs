@@ -140,3 +140,39 @@ fn a_pod_with_only_the_deprecated_service_account_gets_both_fields() {
     let got = s.ok(&["get", "pod", "q", "-o", "jsonpath={.spec.serviceAccountName} {.spec.serviceAccount}"]);
     assert_eq!(got, "default default");
 }
+
+#[test]
+fn a_template_that_differs_only_by_zero_values_go_omits_is_the_same_revision() {
+    let s = Server::start();
+    let manifest = |extra: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: z\nspec:\n  selector:\n    matchLabels: {{app: z}}\n  \
+             template:\n    metadata:\n      labels: {{app: z}}\n    spec:\n{extra}      containers:\n      - name: c\n        \
+             image: nginx:1\n"
+        )
+    };
+    s.ok_stdin(&["apply", "-f", "-"], &manifest("      hostNetwork: false\n      hostPID: false\n"));
+    wait_for("revision 1", || match revision(&s, "deploy/z") {
+        r if r == "1" => Ok(()),
+        r => Err(r),
+    });
+    // The same template without the explicit zeros: once the controller has seen it (the
+    // last-applied annotation changed, so the generation did), still one ReplicaSet.
+    s.ok_stdin(&["apply", "-f", "-"], &manifest(""));
+    wait_for("the controller to observe the apply", || {
+        let g = s.ok(&["get", "deploy/z", "-o", "jsonpath={.metadata.generation} {.status.observedGeneration}"]);
+        match g.split_once(' ') {
+            Some((a, b)) if a == b && a != "1" => Ok(()),
+            _ => Err(g),
+        }
+    });
+    assert_eq!(revision(&s, "deploy/z"), "1");
+    assert_eq!(s.ok(&["get", "rs", "-l", "app=z", "-o", "name"]).lines().count(), 1);
+    // A real change is a new revision (and shows the controller is still syncing this Deployment).
+    s.ok_stdin(&["apply", "-f", "-"], &manifest("      hostNetwork: true\n"));
+    wait_for("revision 2", || match revision(&s, "deploy/z") {
+        r if r == "2" => Ok(()),
+        r => Err(r),
+    });
+    assert_eq!(history(&s, "deploy/z"), ["1", "2"]);
+}

@@ -139,6 +139,26 @@ fn a_pod_with_only_the_deprecated_service_account_gets_both_fields() {
     s.ok(&["run", "q", "--image=nginx"]);
     let got = s.ok(&["get", "pod", "q", "-o", "jsonpath={.spec.serviceAccountName} {.spec.serviceAccount}"]);
     assert_eq!(got, "default default");
+
+    // A template applied with serviceAccountName, then without it: the stored alias still
+    // names sa1, so the name stays sa1 (Kubernetes' conversion), rather than both going.
+    let manifest = |sa: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  selector:\n    matchLabels: {{app: d}}\n  \
+             template:\n    metadata:\n      labels: {{app: d}}\n    spec:\n{sa}      containers:\n      - name: c\n        \
+             image: nginx\n"
+        )
+    };
+    s.ok_stdin(&["apply", "-f", "-"], &manifest("      serviceAccountName: sa1\n"));
+    s.ok_stdin(&["apply", "-f", "-"], &manifest(""));
+    let got = s.ok(&[
+        "get",
+        "deploy",
+        "d",
+        "-o",
+        "jsonpath={.spec.template.spec.serviceAccountName} {.spec.template.spec.serviceAccount}",
+    ]);
+    assert_eq!(got, "sa1 sa1");
 }
 
 #[test]

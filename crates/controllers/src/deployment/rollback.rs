@@ -191,5 +191,10 @@ mod tests {
         let v1_update = rs_updates.iter().find(|u| u["metadata"]["name"] == "web-v1").expect("v1 updated");
         assert_eq!(v1_update["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "3");
         assert_eq!(v1_update["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"], "1");
+        // The Deployment takes the reused ReplicaSet's revision (written with its status).
+        let status = f.deployment_status_updates().into_iter().next().expect("status written");
+        assert_eq!(status["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "3");
+        // No new ReplicaSet for a template an old one already has.
+        assert!(f.created_rs_opt().is_none());
     }
 }

@@ -617,6 +617,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_new_deployment_gets_the_revision_of_its_first_replica_set() {
+        let f = Fixture::new();
+        let d = f.deployment("web", 2, "25%", "25%");
+        f.seed_deployment(&d);
+        f.sync("ns/web").await.unwrap();
+        let created = f.created_rs_opt().expect("replica set created");
+        assert_eq!(created["metadata"]["annotations"][REVISION_ANNOTATION], "1");
+        let status = f.deployment_status_updates().into_iter().next().expect("status written");
+        assert_eq!(status["metadata"]["annotations"][REVISION_ANNOTATION], "1");
+    }
+
+    #[tokio::test]
     async fn an_empty_selector_is_refused_with_an_event() {
         let f = Fixture::new();
         let mut d = f.deployment("web", 2, "25%", "25%");

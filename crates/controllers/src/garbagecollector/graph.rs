@@ -295,6 +295,55 @@ impl Graph {
         (matching, nonmatching)
     }
 
+    /// `getAlternateOwnerIdentity`: among the coordinates `dependents` name for the owner
+    /// `absent` (same uid, other apiVersion, kind, name or namespace), the first that sorts
+    /// after `absent`, else the first of all; `None` when they all name `absent`.
+    fn alternate_owner_identity(&self, dependents: &[String], absent: &ObjectIdentity) -> Option<ObjectIdentity> {
+        // Kind and apiVersion sort before namespace, so kinds order the same whatever their scope.
+        let key = |r: &ObjectIdentity| {
+            (
+                r.kind.clone(),
+                r.api_version.clone(),
+                r.namespace.clone().unwrap_or_default(),
+                r.name.clone(),
+                r.uid.clone(),
+            )
+        };
+        let absent_cluster_scoped = absent.namespace.is_none();
+        let mut seen: HashSet<ObjectIdentity> = [absent.clone()].into();
+        let (mut first, mut first_following): (Option<ObjectIdentity>, Option<ObjectIdentity>) = (None, None);
+        for dep in dependents.iter().filter_map(|uid| self.nodes.get(uid)) {
+            for r in dep.owners.iter().filter(|r| r.uid == absent.uid) {
+                if reference_matches(r, absent) && (absent_cluster_scoped || absent.namespace == dep.identity.namespace)
+                {
+                    continue;
+                }
+                let mut candidate = ObjectIdentity {
+                    api_version: r.api_version.clone(),
+                    kind: r.kind.clone(),
+                    namespace: dep.identity.namespace.clone(),
+                    name: r.name.clone(),
+                    uid: r.uid.clone(),
+                };
+                if absent_cluster_scoped && candidate.api_version == absent.api_version && candidate.kind == absent.kind
+                {
+                    // That kind is known to be cluster-scoped.
+                    candidate.namespace = None;
+                }
+                if !seen.insert(candidate.clone()) {
+                    continue;
+                }
+                if first.as_ref().is_none_or(|f| key(&candidate) < key(f)) {
+                    first = Some(candidate.clone());
+                }
+                if key(absent) < key(&candidate) && first_following.as_ref().is_none_or(|f| key(&candidate) < key(f)) {
+                    first_following = Some(candidate);
+                }
+            }
+        }
+        first_following.or(first)
+    }
+
     fn remove_dependent_from_owners(&mut self, dependent_uid: &str, owners: &[OwnerReference]) {
         for owner in owners {
             if let Some(node) = self.nodes.get_mut(&owner.uid) {
@@ -415,6 +464,25 @@ impl Graph {
                     }
                     work.extend(matching.into_iter().map(Work::AttemptToDelete));
                     return (work, Some(ev.identity.clone()));
+                }
+                if ev.virtual_event && existing.virtual_node {
+                    // Dependents may disagree on this owner's coordinates: only those naming
+                    // the coordinates found absent lose it; the node stays for the others,
+                    // under the next coordinates they name.
+                    let (matching, nonmatching) = self.partition_dependents(&existing.dependents, &ev.identity);
+                    if !nonmatching.is_empty() {
+                        let absent = (!matching.is_empty()).then(|| ev.identity.clone());
+                        work.extend(matching.into_iter().map(Work::AttemptToDelete));
+                        if existing.identity == ev.identity
+                            && let Some(alternate) = self.alternate_owner_identity(&nonmatching, &ev.identity)
+                        {
+                            if let Some(node) = self.nodes.get_mut(&uid) {
+                                node.identity = alternate;
+                            }
+                            work.push(Work::AttemptToDelete(uid));
+                        }
+                        return (work, absent);
+                    }
                 }
                 let node = self.nodes.remove(&uid).expect("exists");
                 self.remove_dependent_from_owners(&uid, &node.owners);

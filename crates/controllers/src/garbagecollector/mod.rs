@@ -19,7 +19,9 @@
 //! - **Orphan** deletion: the owner carries the `orphan` finalizer; the references to it are
 //!   removed from all dependents, then the finalizer.
 //! - Virtual nodes: an owner referenced but never observed is checked with a live GET; if it
-//!   does not exist, a virtual delete event removes it and its dependents are collected.
+//!   does not exist, a virtual delete event removes it and its dependents are collected —
+//!   unless some dependents name its uid with other coordinates: then only the dependents of
+//!   the coordinates found absent lose it, and the node is checked again under the others.
 //! - Invalid references: a namespaced owner exists only in its dependent's namespace, so a
 //!   reference to one observed in another namespace is dangling (the dependent gets a
 //!   `OwnerRefInvalidNamespace` warning event and is collected once no owner is left); so is a
@@ -1016,6 +1018,32 @@ mod tests {
         f.run_attempts().await;
         f.run_attempts().await;
         assert_eq!(f.deletes(), [("leftover".to_string(), Some(PropagationPolicy::Background))]);
+    }
+
+    #[tokio::test]
+    async fn a_virtual_owner_found_absent_under_one_name_stays_under_the_name_other_dependents_give() {
+        let f = Fixture::new().await;
+        let (d_ar, pod_ar) = (resource_of::<Deployment>(), resource_of::<Pod>());
+        // The Deployment exists but is not observed yet; one dependent misnames it.
+        let d = meta("web", &[]);
+        f.api.seed_value(&d_ar, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": d}));
+        let mut misnamed = d.clone();
+        misnamed.name = Some("wrong".into());
+        f.add(&pod_ar, meta("a-misnamed", &[(&misnamed, &d_ar, true)]));
+        f.add(&pod_ar, meta("b-right", &[(&d, &d_ar, true)]));
+        assert_eq!(f.gc.with_graph(|g| g.node("web-uid").unwrap().identity.name.clone()), "wrong");
+        f.api.clear_actions();
+        // "wrong" is not found: the node stays, now named as the other dependent names it.
+        f.run_attempts().await;
+        assert_eq!(
+            f.gc.with_graph(|g| g.node("web-uid").map(|n| (n.identity.name.clone(), n.virtual_node))),
+            Some(("web".to_string(), true))
+        );
+        f.run_attempts().await;
+        assert_eq!(f.deletes(), [("a-misnamed".to_string(), Some(PropagationPolicy::Background))]);
+        // Observed at last: still the owner of the dependent that named it right.
+        f.gc.process_graph_event(&GraphEvent::from_meta_event(&d_ar, MetaEvent::Add(&d)));
+        assert!(f.gc.with_graph(|g| g.node("web-uid").unwrap().dependents.contains("b-right-uid")));
     }
 
     #[test]

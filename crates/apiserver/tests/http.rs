@@ -736,16 +736,16 @@ async fn a_compacted_continue_token_is_gone_with_a_token_for_the_rest_at_the_lat
 // the etcd3 store's Create).
 
 #[tokio::test]
-async fn a_create_with_a_resource_version_is_refused_as_kubernetes_refuses_it() {
+async fn a_create_with_a_resource_version_is_refused_as_a_bad_request_with_kubernetes_message() {
     let h = start().await;
     let c = &h.client;
     let mut with_rv = cm("rv");
     with_rv["metadata"]["resourceVersion"] = json!("12");
     let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", with_rv.clone()).await;
-    assert_eq!(r.code, 500, "{}", r.body);
+    assert_eq!(r.code, 400, "{}", r.body);
     assert_eq!(r.body["message"], "resourceVersion should not be set on objects to be created");
     assert_eq!(r.body["status"], "Failure");
-    assert!(r.body.get("reason").is_none() && r.body.get("details").is_none(), "{}", r.body);
+    assert_eq!(r.body["reason"], "BadRequest", "{}", r.body);
     assert_eq!(get(c, "/api/v1/namespaces/default/configmaps/rv").await.code, 404, "nothing was stored");
     // A dry run never reaches the store's check.
     let dry = json_call(c, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All", with_rv).await;

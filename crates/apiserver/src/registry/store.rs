@@ -711,9 +711,10 @@ impl Objects {
             return Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json: None });
         }
         if resource_version_set {
-            // The etcd3 store's Create refuses it after admission, with an error that is no
-            // API status: kube-apiserver answers 500 with no reason (a dry run never gets there).
-            return Err(ApiError::new(500, "", "resourceVersion should not be set on objects to be created"));
+            // Refused where the etcd3 store's Create refuses it, after admission (a dry run never
+            // gets there), with its message. kube-apiserver answers 500 there, its store's error
+            // being no API status; the fault is the client's, so skiff answers 400 BadRequest.
+            return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
         }
         // The response's JSON is the stored JSON plus the new resourceVersion (one
         // serialization per create instead of two), where the stored form is the external one.

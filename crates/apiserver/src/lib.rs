@@ -19,7 +19,8 @@
 //!   current).
 //! - [`storage`]: the watch caches and their listers.
 //! - Crate root: [`resources`] (the table of served resources), [`auth`] (the authentication
-//!   and authorization interfaces), [`pki`], [`metrics`], [`util`].
+//!   and authorization interfaces), [`pki`], [`metrics`], [`util`]; `testing` (behind the
+//!   `testing` feature): the in-process server other crates' tests start.
 //!
 //! [`ApiServer::start`] wires it all together and serves until [`ApiServer::shutdown`].
 
@@ -38,6 +39,8 @@ pub mod registry;
 pub mod resources;
 pub mod server;
 pub mod storage;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod util;
 
 use std::collections::HashMap;

@@ -5,35 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use skiff_apiserver::{ApiServer, Config};
-use skiff_store::Backend;
-use skiff_store::sqlite::SqliteBackend;
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    server: ApiServer,
-    client: kube::Client,
-    store: Arc<dyn Backend>,
-}
-
-async fn start() -> Harness {
-    start_with(|_| {}).await
-}
-
-async fn start_with(customize: impl FnOnce(&mut Config)) -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
-    let store: Arc<dyn Backend> = Arc::new(SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
-    let mut config = Config::new(dir.path());
-    config.bind_address = "127.0.0.1".parse().unwrap();
-    config.port = 0;
-    customize(&mut config);
-    let server = ApiServer::start(config, store.clone()).await.unwrap();
-    server.wait_ready().await;
-    let client = server.client().await.unwrap();
-    Harness { _dir: dir, server, client, store }
-}
+use skiff_apiserver::testing::TestApiServer;
 
 struct Resp {
     code: u16,
@@ -85,7 +57,7 @@ fn deployment(name: &str) -> Value {
 
 #[tokio::test]
 async fn configmap_create_get_update_delete_round_trip() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("a")).await;
     assert_eq!(r.code, 201, "{}", r.body);
@@ -124,7 +96,7 @@ async fn configmap_create_get_update_delete_round_trip() {
 
 #[tokio::test]
 async fn create_validates_namespace_body_and_media_type() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = json_call(c, "POST", "/api/v1/namespaces/nope/configmaps", cm("a")).await;
     assert_eq!(r.code, 404);
@@ -173,7 +145,7 @@ async fn create_validates_namespace_body_and_media_type() {
 
 #[tokio::test]
 async fn strict_field_validation_rejects_unknown_and_duplicate_fields_and_warn_warns() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let mut body = cm("s");
     body["bogus"] = json!(1);
@@ -205,7 +177,7 @@ async fn strict_field_validation_rejects_unknown_and_duplicate_fields_and_warn_w
 
 #[tokio::test]
 async fn dry_run_persists_nothing() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All", cm("dry")).await;
     assert_eq!(r.code, 201);
@@ -215,7 +187,7 @@ async fn dry_run_persists_nothing() {
 
 #[tokio::test]
 async fn deployment_status_is_split_from_spec_and_generation_tracks_spec() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = json_call(c, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment("web")).await;
     assert_eq!(r.code, 201, "{}", r.body);
@@ -298,7 +270,7 @@ async fn deployment_status_is_split_from_spec_and_generation_tracks_spec() {
 
 #[tokio::test]
 async fn json_patch_and_strategic_merge_patch_apply() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     assert_eq!(json_call(c, "POST", "/apis/apps/v1/namespaces/default/deployments", deployment("p")).await.code, 201);
     let jp = call(
@@ -332,7 +304,7 @@ async fn json_patch_and_strategic_merge_patch_apply() {
 
 #[tokio::test]
 async fn concurrent_patches_without_a_resource_version_all_apply_and_one_that_pins_a_stale_one_conflicts() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let path = "/api/v1/namespaces/default/configmaps/shared";
     let created = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("shared")).await;
@@ -363,7 +335,7 @@ async fn concurrent_patches_without_a_resource_version_all_apply_and_one_that_pi
 
 #[tokio::test]
 async fn finalizers_defer_deletion_until_removed() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let mut body = cm("f");
     body["metadata"]["finalizers"] = json!(["example.com/hold"]);
@@ -401,7 +373,7 @@ async fn finalizers_defer_deletion_until_removed() {
 
 #[tokio::test]
 async fn terminating_namespace_refuses_new_content_and_default_cannot_be_deleted() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}});
     let r = json_call(c, "POST", "/api/v1/namespaces", ns).await;
@@ -429,7 +401,7 @@ async fn terminating_namespace_refuses_new_content_and_default_cannot_be_deleted
 
 #[tokio::test]
 async fn lists_paginate_over_one_snapshot_and_filter_by_selectors() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     for i in 0..5 {
         let mut b = cm(&format!("c{i}"));
@@ -511,7 +483,7 @@ async fn configmaps_changed_after(c: &kube::Client) -> String {
 
 #[tokio::test]
 async fn a_list_at_a_resource_version_with_a_limit_is_exact_and_pages_through_that_snapshot() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r1 = configmaps_changed_after(c).await;
     // resourceVersion=R with limit and no resourceVersionMatch: Exact.
@@ -563,7 +535,7 @@ async fn a_list_at_a_resource_version_with_a_limit_is_exact_and_pages_through_th
 
 #[tokio::test]
 async fn a_list_without_a_limit_or_not_older_than_is_the_current_state_and_resource_version_zero_ignores_the_limit() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r1 = configmaps_changed_after(c).await;
     let latest = ["c0", "c2", "c3", "c4", "c5"];
@@ -616,7 +588,7 @@ async fn a_list_without_a_limit_or_not_older_than_is_the_current_state_and_resou
 
 #[tokio::test]
 async fn a_list_at_a_too_large_resource_version_times_out_with_the_resource_version_too_large_cause() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     // A client that shows the 504 instead of retrying it (kube's default client retries 504s
     // for minutes).
     let kubeconfig = kube::config::Kubeconfig::read_from(h.server.kubeconfig_path()).unwrap();
@@ -660,7 +632,7 @@ async fn a_list_at_a_too_large_resource_version_times_out_with_the_resource_vers
 
 #[tokio::test]
 async fn list_options_kubernetes_forbids_are_invalid_list_options() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = get(c, "/api/v1/namespaces/default/configmaps?resourceVersionMatch=Exact").await;
     assert_eq!((r.code, r.body["reason"].as_str()), (422, Some("Invalid")), "{}", r.body);
@@ -693,7 +665,7 @@ async fn list_options_kubernetes_forbids_are_invalid_list_options() {
 
 #[tokio::test]
 async fn a_compacted_continue_token_is_gone_with_a_token_for_the_rest_at_the_latest_revision() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r1 = configmaps_changed_after(c).await;
     let p1 = get(c, "/api/v1/namespaces/default/configmaps?limit=2").await;
@@ -737,7 +709,7 @@ async fn a_compacted_continue_token_is_gone_with_a_token_for_the_rest_at_the_lat
 
 #[tokio::test]
 async fn a_create_with_a_resource_version_is_refused_as_a_bad_request_with_kubernetes_message() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let mut with_rv = cm("rv");
     with_rv["metadata"]["resourceVersion"] = json!("12");
@@ -763,7 +735,7 @@ async fn a_create_with_a_resource_version_is_refused_as_a_bad_request_with_kuber
 
 #[tokio::test]
 async fn a_create_replaces_system_metadata_clears_deletion_and_sets_generation_where_tracked() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let mut b = cm("meta");
     b["metadata"]["uid"] = json!("11111111-1111-1111-1111-111111111111");
@@ -822,7 +794,7 @@ async fn watch(c: &kube::Client, path: &str) -> axum::http::Response<kube::clien
 
 #[tokio::test]
 async fn watch_streams_changes_from_a_resource_version_and_follows_selectors() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("w")).await;
     let rv = r.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
@@ -870,7 +842,7 @@ async fn watch_streams_changes_from_a_resource_version_and_follows_selectors() {
 
 #[tokio::test]
 async fn binding_sets_the_node_once() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     let r = json_call(c, "POST", "/api/v1/namespaces/default/pods", pod).await;
@@ -893,7 +865,7 @@ async fn binding_sets_the_node_once() {
 
 #[tokio::test]
 async fn discovery_version_table_and_anonymous_access() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let v = get(c, "/version").await;
     assert_eq!(v.body["major"], "1");
@@ -994,7 +966,7 @@ impl skiff_apiserver::admission::seam::Admission for LabelAndDeny {
 
 #[tokio::test]
 async fn admission_plugins_mutate_and_reject_writes_with_the_user_known() {
-    let h = start_with(|c| c.admission = Some(Arc::new(LabelAndDeny))).await;
+    let h = TestApiServer::start_with(|c| c.admission = Some(Arc::new(LabelAndDeny))).await;
     let c = &h.client;
     let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("ok")).await;
     assert_eq!(r.code, 201, "{}", r.body);
@@ -1055,7 +1027,7 @@ async fn fake_kubelet(ca_pem: &str) -> u16 {
 
 #[tokio::test]
 async fn pod_logs_are_fetched_from_the_pods_kubelet() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let port = fake_kubelet(&h.server.pki().ca.cert_pem).await;
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
@@ -1090,7 +1062,7 @@ impl skiff_apiserver::registry::virtual_resources::VirtualHandler for Allow {
 async fn virtual_resources_are_answered_by_their_handlers() {
     let review = skiff_apiserver::registry::virtual_resources::standard_defs().into_iter().next().unwrap();
     let sa = skiff_apiserver::resources::builtin().into_iter().find(|d| d.resource == "serviceaccounts").unwrap();
-    let h = start_with(|c| {
+    let h = TestApiServer::start_with(|c| {
         c.virtual_resources = vec![
             skiff_apiserver::registry::virtual_resources::VirtualResource {
                 def: review,
@@ -1140,8 +1112,7 @@ mod early_rejections {
     use hyper_util::client::legacy::connect::HttpConnector;
     use serde_json::Value;
     use skiff_apiserver::ApiServer;
-
-    use super::start_with;
+    use skiff_apiserver::testing::TestApiServer;
 
     type Body = BoxBody<Bytes, Infallible>;
     type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
@@ -1222,8 +1193,8 @@ mod early_rejections {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn oversized_unsupported_and_malformed_bodies_get_their_status_over_both_protocols() {
-        let h = start_with(|_| {}).await;
-        let (dir, server) = (&h._dir, &h.server);
+        let h = TestApiServer::start().await;
+        let (dir, server) = (&h.dir, &h.server);
         for protocol in [Protocol::Http1, Protocol::Http2] {
             let big = curl(dir.path(), server, protocol, true, "application/json", &config_map_of(4 << 20));
             assert!(big.1["message"].as_str().unwrap().contains("limit is 3145728"), "{protocol:?}: {}", big.1);
@@ -1240,8 +1211,8 @@ mod early_rejections {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_beyond_the_mutating_limit_gets_429_over_both_protocols() {
-        let h = start_with(|c| c.max_mutating_requests_inflight = 1).await;
-        let (dir, server) = (&h._dir, &h.server);
+        let h = TestApiServer::start_with(|c| c.max_mutating_requests_inflight = 1).await;
+        let (dir, server) = (&h.dir, &h.server);
         for protocol in [Protocol::Http1, Protocol::Http2] {
             // The admin's create holds the one mutating seat while its body is still coming.
             let admin = client(server, protocol).await;

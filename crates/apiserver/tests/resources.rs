@@ -2,33 +2,10 @@
 //! StatefulSets, ReplicationControllers, Jobs, CronJobs, …) and of custom resources served from
 //! CustomResourceDefinitions: a real API server on a real SQLite store in a temp dir.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use skiff_apiserver::{ApiServer, Config};
-use skiff_store::Backend;
-use skiff_store::sqlite::SqliteBackend;
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    _server: ApiServer,
-    client: kube::Client,
-}
-
-async fn start() -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
-    let store: Arc<dyn Backend> = Arc::new(SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
-    let mut config = Config::new(dir.path());
-    config.bind_address = "127.0.0.1".parse().unwrap();
-    config.port = 0;
-    let server = ApiServer::start(config, store).await.unwrap();
-    server.wait_ready().await;
-    let client = server.client().await.unwrap();
-    Harness { _dir: dir, _server: server, client }
-}
+use skiff_apiserver::testing::TestApiServer;
 
 struct Resp {
     code: u16,
@@ -87,7 +64,7 @@ fn pod_template(app: &str) -> Value {
 
 #[tokio::test]
 async fn system_priority_classes_exist_and_only_one_class_may_be_the_global_default() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = get(c, "/apis/scheduling.k8s.io/v1/priorityclasses/system-node-critical").await;
     assert_eq!(r.code, 200, "{}", r.body);
@@ -119,7 +96,7 @@ async fn system_priority_classes_exist_and_only_one_class_may_be_the_global_defa
 
 #[tokio::test]
 async fn workload_types_are_served_with_status_scale_defaults_and_validation() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
         "spec": {"replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": pod_template("db")}});
@@ -233,7 +210,7 @@ const WIDGETS: &str = "/apis/example.com/v1/namespaces/default/widgets";
 
 #[tokio::test]
 async fn custom_resources_are_served_once_their_crd_is_established() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let r = post(c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", widget_crd()).await;
     assert_eq!(r.code, 201, "{}", r.body);
@@ -399,7 +376,7 @@ async fn custom_resources_are_served_once_their_crd_is_established() {
 
 #[tokio::test]
 async fn cluster_scoped_custom_resources_have_no_namespace() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let c = &h.client;
     let mut crd = widget_crd();
     crd["metadata"]["name"] = json!("gadgets.example.com");

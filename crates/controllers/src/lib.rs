@@ -2,7 +2,7 @@
 //! (watch, compare, reconcile).
 //!
 //! Everything here is a client of the Kubernetes API, through [`skiff_runtime::api::ApiClient`] (a
-//! `kube::Client` in production, [`skiff_runtime::fake::FakeApi`] in unit tests), so the controllers could run
+//! `kube::Client` in production, `skiff_runtime::fake::FakeApi` in unit tests), so the controllers could run
 //! as a separate process against any Kubernetes-compatible API server.
 //!
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use skiff_apiserver::testing::TestApiServer;
 use skiff_controllers::{ControllerManagerConfig, run_controller_manager};
 
 const NGINX: &str = r#"
@@ -34,51 +35,41 @@ spec:
 "#;
 
 struct Cluster {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
     kubeconfig: PathBuf,
-    api: Option<skiff_apiserver::ApiServer>,
+    api: Option<TestApiServer>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Cluster {
     async fn start() -> Cluster {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
             .with_test_writer()
             .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("state.db");
-        let store =
-            tokio::task::spawn_blocking(move || skiff_store::sqlite::SqliteBackend::open(&db, Default::default()))
-                .await
-                .unwrap()
-                .unwrap();
-        let mut config = skiff_apiserver::Config::new(dir.path().join("data"));
-        config.bind_address = [127, 0, 0, 1].into();
-        config.port = 0;
-        let api = skiff_apiserver::ApiServer::start(config, std::sync::Arc::new(store)).await.unwrap();
-        api.wait_ready().await;
-        let kubeconfig = api.kubeconfig_path().to_path_buf();
+        // The production store options (5 s bookmarks, background compaction), as `skiff server`.
+        let api = TestApiServer::start_with_store(skiff_store::Options::default(), |_| {}).await;
+        let dir = api.dir.path().to_path_buf();
+        let kubeconfig = api.server.kubeconfig_path().to_path_buf();
         let mut tasks = Vec::new();
         let cm_config = ControllerManagerConfig {
             leader_election: None,
             namespace_deletion_grace: Duration::from_millis(500),
-            root_ca_pem: Some(api.pki().ca.cert_pem.clone()),
+            root_ca_pem: Some(api.server.pki().ca.cert_pem.clone()),
             ..Default::default()
         };
         let mut registry = prometheus_client_registry();
-        let manager = run_controller_manager(api.client().await.unwrap(), cm_config, &mut registry);
+        let manager = run_controller_manager(api.server.client().await.unwrap(), cm_config, &mut registry);
         tasks.push(tokio::spawn(async move {
             if let Err(e) = manager.await {
                 panic!("controller manager failed: {e:#}");
             }
         }));
-        let client = api.client().await.unwrap();
+        let client = api.server.client().await.unwrap();
         tasks.push(tokio::spawn(async move {
             let _ = skiff_scheduler::scheduler::run_scheduler(client, Default::default()).await;
         }));
-        let client = api.client().await.unwrap();
+        let client = api.server.client().await.unwrap();
         tasks.push(tokio::spawn(async move {
             let cfg = skiff_kubelet::SimulatedNodesConfig { count: 3, ..Default::default() };
             let _ = skiff_kubelet::run_simulated_nodes(client, cfg).await;
@@ -91,9 +82,9 @@ impl Cluster {
         let mut cmd = tokio::process::Command::new("kubectl");
         cmd.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
+            .env("HOME", &self.dir)
             .arg("--cache-dir")
-            .arg(self.dir.path().join("kubectl-cache"))
+            .arg(self.dir.join("kubectl-cache"))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -443,7 +434,7 @@ rules:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_manager_keeps_quota_status_the_root_ca_bundle_and_aggregated_cluster_roles_current() {
     let c = Cluster::start().await;
-    let ca = c.api.as_ref().unwrap().pki().ca.cert_pem.clone();
+    let ca = c.api.as_ref().unwrap().server.pki().ca.cert_pem.clone();
 
     // root-ca-cert-publisher: every namespace gets the cluster CA.
     c.ok(&["create", "namespace", "team"]).await;

@@ -1,7 +1,7 @@
 //! The node lifecycle controller against a real API server, with simulated nodes whose
 //! heartbeats stop (their process "dies").
 
-// The kubelet tests' harness (an API server on SQLite), shared rather than copied.
+// The kubelet tests' helpers (the shared in-process API server with test logging, `eventually`).
 #[path = "../../kubelet/tests/common/mod.rs"]
 mod common;
 

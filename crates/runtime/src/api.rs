@@ -1,5 +1,6 @@
 //! The API actions controllers perform: [`ApiClient`], implemented by [`KubeApi`] (a `kube::Client`)
-//! in production and by [`crate::fake::FakeApi`] (a recording in-memory tracker) in tests.
+//! in production and by `fake::FakeApi` (a recording in-memory tracker, behind the `testing`
+//! feature) in tests.
 //!
 //! Controllers read from informer caches and write only through this trait, so every write a
 //! reconcile makes can be recorded and compared in a unit test, the way Kubernetes' controller

@@ -12,7 +12,8 @@
 //! - [`leaderelection`]: Lease-based leader election;
 //! - [`events`]: the one event recorder (core/v1 Events, with client-go's correlator);
 //! - [`api`]: the typed API client every component talks through ([`api::ApiClient`], a
-//!   `kube::Client` in production), and [`fake`]: its recording in-memory fake for unit tests;
+//!   `kube::Client` in production), and `fake` (behind the `testing` feature): its recording
+//!   in-memory fake for unit tests;
 //! - [`util`]: the clock and object references the above share with their users.
 
 // `ApiError` (a `metav1.Status`) is the error of every API call; boxing it everywhere would
@@ -22,6 +23,7 @@
 pub mod api;
 pub mod controller;
 pub mod events;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod informer;
 pub mod leaderelection;

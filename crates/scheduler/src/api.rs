@@ -1,12 +1,15 @@
 //! [`ClusterApi`] implementations: [`KubeApi`] over `kube::Client` (the real API server),
-//! [`RecordingApi`] for tests, [`NoopApi`] for benchmarks.
+//! `RecordingApi` for tests (behind the `testing` feature), [`NoopApi`] for benchmarks and for
+//! checking a configuration.
 
+#[cfg(any(test, feature = "testing"))]
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+#[cfg(any(test, feature = "testing"))]
 use parking_lot::Mutex;
 use skiff_runtime::events::EventRecorder;
 
@@ -119,6 +122,7 @@ impl ClusterApi for KubeApi {
 }
 
 /// A call made through [`RecordingApi`].
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Debug, PartialEq)]
 pub enum ApiCall {
     /// `bind(pod key, node)`.
@@ -132,6 +136,7 @@ pub enum ApiCall {
 }
 
 /// Records every call; binds fail while `fail_binds` is set.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Default)]
 pub struct RecordingApi {
     calls: Mutex<Vec<ApiCall>>,
@@ -139,6 +144,7 @@ pub struct RecordingApi {
     pub fail_binds: AtomicBool,
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl RecordingApi {
     /// Every call so far.
     pub fn calls(&self) -> Vec<ApiCall> {
@@ -179,6 +185,7 @@ impl RecordingApi {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 #[async_trait]
 impl ClusterApi for RecordingApi {
     async fn bind(&self, pod: &PodInfo, node: &str) -> anyhow::Result<()> {

@@ -34,6 +34,7 @@
 //! - All state the scheduler acts on comes from the API (informers); nothing reads the store.
 
 pub mod api;
+#[cfg(any(test, feature = "testing"))]
 pub mod bench;
 pub mod cache;
 pub mod config;
@@ -43,8 +44,10 @@ pub mod plugins;
 pub mod queue;
 pub mod schedule_one;
 pub mod scheduler;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(any(test, feature = "testing"))]
 pub use bench::{BenchCase, BenchOptions, BenchReport, bench_scheduling};
 pub use config::SchedulerConfig;
 pub use scheduler::run_scheduler;

@@ -3,37 +3,14 @@
 //! FailedScheduling events in Kubernetes' wording, and pending pods are scheduled once a node is
 //! labelled or freed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use skiff_apiserver::{ApiServer, Config};
+use skiff_apiserver::testing::TestApiServer;
 use skiff_scheduler::testing::{make_node, make_pod};
 use skiff_scheduler::{SchedulerConfig, run_scheduler};
-use skiff_store::Backend;
-use skiff_store::sqlite::SqliteBackend;
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    _server: ApiServer,
-    client: kube::Client,
-}
-
-async fn start() -> Harness {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let opts = skiff_store::Options { compaction_interval: None, progress_interval: Duration::from_millis(200) };
-    let store: Arc<dyn Backend> = Arc::new(SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
-    let mut config = Config::new(dir.path());
-    config.bind_address = "127.0.0.1".parse().unwrap();
-    config.port = 0;
-    let server = ApiServer::start(config, store).await.unwrap();
-    server.wait_ready().await;
-    let client = server.client().await.unwrap();
-    Harness { _dir: dir, _server: server, client }
-}
 
 async fn add_node(client: &kube::Client, node: Node) {
     let api: Api<Node> = Api::all(client.clone());
@@ -88,7 +65,7 @@ async fn unschedulable_message(client: &kube::Client, name: &str, want: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_binds_through_the_api_and_retries_when_nodes_change() {
-    let h = start().await;
+    let h = TestApiServer::start().await;
     let cap = [("cpu", "2"), ("memory", "4Gi"), ("pods", "110")];
     add_node(&h.client, make_node("n1").capacity(&cap).obj()).await;
     add_node(&h.client, make_node("n2").capacity(&cap).obj()).await;

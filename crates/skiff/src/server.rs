@@ -415,15 +415,9 @@ mod tests {
     async fn the_control_plane_client_multiplexes_watches_and_requests_over_http2() {
         use futures::StreamExt as _;
         use k8s_openapi::api::core::v1::ConfigMap;
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let dir = tempfile::tempdir().unwrap();
         let opts = skiff_store::Options { compaction_interval: None, ..Default::default() };
-        let store = Arc::new(skiff_store::sqlite::SqliteBackend::open(&dir.path().join("state.db"), opts).unwrap());
-        let mut config = Config::new(dir.path());
-        config.bind_address = "127.0.0.1".parse().unwrap();
-        config.port = 0;
-        let api = ApiServer::start(config, store).await.unwrap();
-        api.wait_ready().await;
+        let h = skiff_apiserver::testing::TestApiServer::start_with_store(opts, |_| {}).await;
+        let (_dir, api) = (h.dir, h.server);
         let client = component_client(&api).await.unwrap();
 
         let version = client

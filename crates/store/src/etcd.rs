@@ -48,6 +48,8 @@ use crate::{
     Revision, WatchResponse, WatchStream,
 };
 
+// Test and benchmark support, not part of the store's API.
+#[cfg(any(test, feature = "testing"))]
 pub mod harness;
 
 /// The most keys one internal range page asks for. With values of at most

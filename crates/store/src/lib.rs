@@ -16,7 +16,7 @@
 //!   revision; idle streams carry [`WatchResponse::Progress`] bookmarks.
 //!
 //! Two backends implement the contract and pass the same conformance suite
-//! ([`conformance`]): [`sqlite::SqliteBackend`] (embedded, the default) and
+//! (`conformance`, behind the `testing` feature): [`sqlite::SqliteBackend`] (embedded, the default) and
 //! [`etcd::EtcdBackend`] (a real etcd v3 cluster).
 //!
 //! Keys are laid out like Kubernetes': `/registry/<resource>/<namespace>/<name>` for
@@ -26,6 +26,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+// The suite backends' integration tests expand; test support, not part of the store's API.
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod etcd;
 pub mod sqlite;
@@ -202,7 +204,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A revisioned key-value store with etcd v3 semantics. Both backends implement it; the shared
-/// [`conformance`] suite is its executable specification.
+/// `conformance` suite (behind the `testing` feature) is its executable specification.
 ///
 /// Every write returns only once it is durable (fsync on the embedded backend, a committed
 /// raft entry on etcd).

@@ -257,17 +257,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_agent_joins_with_the_token_and_a_wrong_token_is_refused() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn skiff_store::Backend> = Arc::new(
-            skiff_store::sqlite::SqliteBackend::open(&dir.path().join("state.db"), Default::default()).unwrap(),
-        );
-        let mut config = crate::Config::new(dir.path());
-        config.bind_address = "127.0.0.1".parse().unwrap();
-        config.port = 0;
-        config.rbac = true;
-        let api = crate::ApiServer::start(config, store).await.unwrap();
-        api.wait_ready().await;
+        let h = crate::testing::TestApiServer::start_with_store(skiff_store::Options::default(), |config| {
+            config.rbac = true;
+        })
+        .await;
+        let (dir, api) = (h.dir, h.server);
         let token = std::fs::read_to_string(token_path(dir.path())).unwrap();
 
         let wrong = format!("{}::node:{}", token.trim().split("::").next().unwrap(), "0".repeat(32));

@@ -14,9 +14,11 @@
 //! - [`aggregation`]: aggregated ClusterRoles;
 //! - [`bootstrap`]: the default roles and bindings created at startup;
 //! - [`reviews`]: (Self|Local)SubjectAccessReview and SelfSubjectRulesReview;
-//! - [`bench`]: decision-time benchmark.
+//! - `bench` (behind the `testing` feature): the decision-time benchmark `skiff bench
+//!   authorization` runs.
 
 pub mod aggregation;
+#[cfg(any(test, feature = "testing"))]
 pub mod bench;
 pub mod bootstrap;
 pub mod escalation;

@@ -6,7 +6,8 @@
 //!
 //! - [`server`]: the [`server::handler`] chain every request goes through (authentication →
 //!   request info → authorization → handlers, metrics) and the connection plumbing;
-//!   [`controlplane`]: the system PriorityClasses and the node join endpoints.
+//!   [`controlplane`]: the system PriorityClasses, the `kubernetes` Service and its endpoints,
+//!   and the node join endpoints.
 //! - [`filters`]: max-in-flight flow control, authentication, authorization (RBAC,
 //!   impersonation, the Node authorizer) and the installation of the security pipeline.
 //! - [`endpoints`]: request parsing, content negotiation, the resource handlers, watch, patch,
@@ -159,6 +160,13 @@ pub struct Config {
     pub max_mutating_requests_inflight: usize,
     /// Authentication flags and the admission plug-ins used when `rbac` is on.
     pub security: filters::authorization::SecurityOptions,
+    /// `--service-cluster-ip-range` and `--service-node-port-range`: where Services get their
+    /// ClusterIPs and node ports.
+    pub services: registry::core::service::alloc::ServiceAllocator,
+    /// The address other hosts reach this API server at, published in the `kubernetes`
+    /// Service's endpoints (kube-apiserver's `--advertise-address`; `None`: the bind address,
+    /// or the host's default-route address when bound to all or loopback addresses).
+    pub advertise_address: Option<IpAddr>,
 }
 
 impl Config {
@@ -178,6 +186,8 @@ impl Config {
             max_requests_inflight: filters::flowcontrol::DEFAULT_MAX_REQUESTS_INFLIGHT,
             max_mutating_requests_inflight: filters::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
             security: filters::authorization::SecurityOptions::default(),
+            services: Default::default(),
+            advertise_address: None,
         }
     }
 }
@@ -192,6 +202,7 @@ pub struct ApiServer {
     shutdown_tx: tokio_watch::Sender<bool>,
     server_task: JoinHandle<()>,
     cache_tasks: Vec<JoinHandle<()>>,
+    kubernetes_service: JoinHandle<()>,
 }
 
 /// The rustls configuration the API server serves HTTPS with, from the certificates in `pki`:
@@ -253,6 +264,8 @@ impl ApiServer {
             sans.push(config.bind_address.to_string());
         }
         sans.extend(config.extra_sans.iter().cloned());
+        // Pods reach the API server at the `kubernetes` Service's ClusterIP.
+        sans.push(config.services.ips.first().to_string());
         let mut seen = std::collections::HashSet::new();
         sans.retain(|s| seen.insert(s.clone()));
         let pki = pki::Pki::load_or_generate(&config.data_dir.join("tls"), &sans)?;
@@ -301,6 +314,7 @@ impl ApiServer {
                 metrics: metrics.clone(),
                 admission: config.admission.clone().unwrap_or_else(|| Arc::new(admission::seam::AdmitAll)),
                 namespaces: Default::default(),
+                services: Arc::new(config.services.clone()),
             },
             caches,
             metrics,
@@ -319,6 +333,13 @@ impl ApiServer {
         }
         bootstrap_namespaces(&state).await?;
         controlplane::bootstrap::priority_classes(&state).await?;
+        cache_tasks.push(tokio::spawn(registry::core::service::repair_loop(state.clone())));
+        let me = controlplane::kubernetesservice::Endpoint {
+            ip: controlplane::kubernetesservice::advertise_address(config.advertise_address, config.bind_address),
+            port: local_addr.port(),
+        };
+        let kubernetes_service =
+            tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, shutdown_rx.clone()));
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);
@@ -337,7 +358,17 @@ impl ApiServer {
         let router = router.layer(axum::middleware::from_fn(server::unread_body::drain_unread_request_body));
         let server_task = tokio::spawn(serve(listener, tls, router, shutdown_rx));
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "API server listening");
-        Ok(ApiServer { state, local_addr, pki, kubeconfig_path, url, shutdown_tx, server_task, cache_tasks })
+        Ok(ApiServer {
+            state,
+            local_addr,
+            pki,
+            kubeconfig_path,
+            url,
+            shutdown_tx,
+            server_task,
+            cache_tasks,
+            kubernetes_service,
+        })
     }
 
     /// The bound address.
@@ -389,6 +420,10 @@ impl ApiServer {
     /// `grace`), then stop the caches.
     pub async fn shutdown(self, grace: Duration) {
         let _ = self.shutdown_tx.send(true);
+        // This server's address leaves the `kubernetes` endpoints while the store is open.
+        if tokio::time::timeout(grace, self.kubernetes_service).await.is_err() {
+            tracing::warn!("removing this server from the kubernetes endpoints did not finish within {grace:?}");
+        }
         if tokio::time::timeout(grace, self.server_task).await.is_err() {
             tracing::warn!("in-flight requests did not finish within {grace:?}");
         }

@@ -19,10 +19,11 @@ use crate::admission::seam::{self, Admission, Operation};
 use crate::auth::RequestUser;
 use crate::metrics::Metrics;
 use crate::registry::convert;
+use crate::registry::core::service::alloc::{Allocated, Owner, ServiceAllocator};
 use crate::registry::machinery::{self, Selectors};
 use crate::registry::schema;
 use crate::registry::strategy::{
-    custom_prune, graceful_period, prepare_for_create, prepare_for_update, validate_object,
+    custom_prune, graceful_period, is_services, prepare_for_create, prepare_for_update, validate_object,
 };
 use crate::resources::ResourceDef;
 use crate::util::{meta_mut, meta_str, set_in, set_resource_version};
@@ -160,6 +161,8 @@ pub struct Objects {
     pub admission: Arc<dyn Admission>,
     /// Where creates learn whether their namespace exists and is not terminating.
     pub namespaces: NamespaceLifecycle,
+    /// ClusterIP and node-port allocation of Service writes.
+    pub services: Arc<ServiceAllocator>,
 }
 
 /// The namespace lifecycle check of creates (kube-apiserver's `NamespaceLifecycle` admission),
@@ -546,6 +549,13 @@ impl Objects {
         out
     }
 
+    /// Releases Service allocations `ns/name` holds (a no-op for nothing).
+    async fn release_services(&self, ns: &str, name: &str, what: &Allocated) {
+        if !what.is_empty() {
+            self.services.release(self.store.as_ref(), &Owner::new(ns, name), what).await;
+        }
+    }
+
     /// PriorityClass admission: only one PriorityClass may have `globalDefault: true` (403
     /// Forbidden otherwise, as Kubernetes' Priority admission plugin answers).
     async fn check_global_default(&self, def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
@@ -703,7 +713,23 @@ impl Objects {
         if def.namespaced {
             self.check_namespace(def, ns, &name).await?;
         }
-        let (bytes, metadata_end) = encode_stored_with_metadata_end(&mut obj)?;
+        let claimed = if is_services(def) {
+            if !opts.dry_run && self.get_internal(def, ns, &name).await?.is_some() {
+                // Allocating first would make a duplicate's error a 422 about its IP.
+                return Err(ApiError::already_exists(def.group, def.resource, &name));
+            }
+            let owner = Owner::new(ns, &name);
+            self.services.allocate(self.store.as_ref(), &owner, &mut obj, None, opts.dry_run).await?.0
+        } else {
+            Allocated::default()
+        };
+        let (bytes, metadata_end) = match encode_stored_with_metadata_end(&mut obj) {
+            Ok(b) => b,
+            Err(e) => {
+                self.release_services(ns, &name, &claimed).await;
+                return Err(e);
+            }
+        };
         if opts.dry_run {
             if self.get_internal(def, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(def.group, def.resource, &name));
@@ -720,10 +746,16 @@ impl Objects {
         // serialization per create instead of two), where the stored form is the external one.
         let splice = metadata_end.filter(|_| convert::is_identity(def)).map(|end| (bytes.clone(), end));
         let key = def.key(ns, &name);
-        let rev = self
+        let rev = match self
             .write("create", def, move |store| Box::pin(async move { store.create(&key, bytes).await }), |r| *r)
             .await
-            .map_err(|e| store_error(def, &name, e))?;
+        {
+            Ok(rev) => rev,
+            Err(e) => {
+                self.release_services(ns, &name, &claimed).await;
+                return Err(store_error(def, &name, e));
+            }
+        };
         set_resource_version(&mut obj, rev);
         let json = splice.map(|(stored, end)| with_resource_version(&stored, end, rev));
         Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json })
@@ -836,6 +868,10 @@ impl Objects {
                 let key = def.key(ns, name);
                 match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
+                        if is_services(def) {
+                            let held = crate::registry::core::service::alloc::held_by(&old);
+                            self.release_services(ns, name, &held).await;
+                        }
                         set_resource_version(&mut new, rev);
                         return Ok(Written {
                             object: convert::to_external(def, new),
@@ -854,21 +890,38 @@ impl Objects {
                 // A no-op update writes nothing and keeps the resourceVersion.
                 return Ok(Written { object: convert::to_external(def, old), warnings, created: false, json: None });
             }
-            let bytes = encode_stored(&mut new)?;
+            let (claimed, stale) = if is_services(def) && subresource.is_none() {
+                let owner = Owner::new(ns, name);
+                self.services.allocate(self.store.as_ref(), &owner, &mut new, Some(&old), opts.dry_run).await?
+            } else {
+                (Allocated::default(), Allocated::default())
+            };
+            let bytes = match encode_stored(&mut new) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.release_services(ns, name, &claimed).await;
+                    return Err(e);
+                }
+            };
             if opts.dry_run {
                 set_resource_version(&mut new, old_rev);
                 return Ok(Written { object: convert::to_external(def, new), warnings, created: false, json: None });
             }
             let key = def.key(ns, name);
-            match self
+            let written = self
                 .write(
                     "update",
                     def,
                     move |store| Box::pin(async move { store.update(&key, bytes, old_rev).await }),
                     |r| *r,
                 )
-                .await
-            {
+                .await;
+            if written.is_ok() {
+                self.release_services(ns, name, &stale).await;
+            } else {
+                self.release_services(ns, name, &claimed).await;
+            }
+            match written {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
                     return Ok(Written {
@@ -980,6 +1033,10 @@ impl Objects {
                 }
                 match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
+                        if is_services(def) {
+                            let held = crate::registry::core::service::alloc::held_by(&old);
+                            self.release_services(ns, name, &held).await;
+                        }
                         let mut last = old;
                         set_resource_version(&mut last, rev);
                         return Ok(Deleted { object: convert::to_external(def, last), removed: true });

@@ -143,6 +143,9 @@ pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Va
     if def.resource == "namespaces" && def.group.is_empty() {
         namespace::prepare_for_update(old, &mut new);
     }
+    if is_services(def) && subresource.is_none() {
+        service::prepare_for_update(old, &mut new);
+    }
     new
 }
 
@@ -179,4 +182,10 @@ fn keep_spec(old: &Value, new: &mut Value) {
             new.insert(k.clone(), v.clone());
         }
     }
+}
+
+/// True for core/v1 Services, whose writes allocate ClusterIPs and node ports
+/// ([`service::alloc`]).
+pub fn is_services(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.resource == "services" && def.custom.is_none()
 }

@@ -9,8 +9,9 @@
 //! event recorder, the API client) is `skiff-runtime`.
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`garbagecollector`], [`namespace`],
-//! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`]
-//! and event TTL cleanup, wired together by [`run_controller_manager`]; and
+//! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
+//! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`] and event TTL cleanup, wired
+//! together by [`run_controller_manager`]; and
 //! [`nodeipam`] and [`nodelifecycle`], which `skiff server` runs on their own (they need
 //! `--cluster-cidr` and `--node-monitor-grace-period`).
 
@@ -22,6 +23,9 @@ pub mod clusterroleaggregation;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod deployment;
+pub mod endpoint;
+pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod garbagecollector;
 pub mod manager;
 pub mod namespace;

@@ -11,6 +11,9 @@ use tokio::task::JoinSet;
 
 use crate::clusterroleaggregation::ClusterRoleAggregationController;
 use crate::deployment::{DeploymentController, MAX_RETRIES};
+use crate::endpoint::EndpointsController;
+use crate::endpointslice::EndpointSliceController;
+use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::garbagecollector::GarbageCollector;
 use crate::namespace::NamespaceController;
 use crate::replicaset::ReplicaSetController;
@@ -46,6 +49,11 @@ pub struct ControllerManagerConfig {
     /// namespace's `kube-root-ca.crt` (`--root-ca-file`'s content); `None`: the publisher does
     /// not run.
     pub root_ca_pem: Option<String>,
+    /// `--concurrent-service-endpoint-syncs` (5): the EndpointSlice and Endpoints controllers'
+    /// workers each.
+    pub concurrent_service_endpoint_syncs: usize,
+    /// `--mirroring-concurrent-service-endpoint-syncs` (5).
+    pub mirroring_concurrent_service_endpoint_syncs: usize,
     /// Informer resync period (every cached object re-delivered as an update).
     pub resync_period: Duration,
     /// How often the garbage collector re-runs discovery to monitor new resources (30 s).
@@ -60,7 +68,8 @@ pub struct ControllerManagerConfig {
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
     /// `deployment`, `replicaset`, `garbagecollector`, `namespace`, `serviceaccount`,
-    /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `eventttl`.
+    /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
+    /// `endpoint`, `endpointslicemirroring`, `eventttl`.
     pub disabled: Vec<String>,
 }
 
@@ -75,6 +84,8 @@ impl Default for ControllerManagerConfig {
             concurrent_resource_quota_syncs: crate::resourcequota::DEFAULT_WORKERS,
             resource_quota_sync_period: crate::resourcequota::DEFAULT_SYNC_PERIOD,
             root_ca_pem: None,
+            concurrent_service_endpoint_syncs: 5,
+            mirroring_concurrent_service_endpoint_syncs: 5,
             resync_period: Duration::from_secs(5 * 60),
             gc_discovery_period: Duration::from_secs(30),
             namespace_deletion_grace: Duration::from_secs(5),
@@ -231,6 +242,22 @@ async fn run_controllers(
         let c = ClusterRoleAggregationController::new(api.clone(), &factory, q.clone());
         // kube-controller-manager runs it with five workers.
         pending.push(("clusterrole-aggregation", q, c, 5, None));
+    }
+
+    if config.enabled("endpointslice") {
+        let q = queue("endpointslice");
+        let c = EndpointSliceController::new(api.clone(), &factory, q.clone());
+        pending.push(("endpointslice", q, c, config.concurrent_service_endpoint_syncs, None));
+    }
+    if config.enabled("endpoint") {
+        let q = queue("endpoint");
+        let c = EndpointsController::new(api.clone(), &factory, q.clone());
+        pending.push(("endpoint", q, c, config.concurrent_service_endpoint_syncs, None));
+    }
+    if config.enabled("endpointslicemirroring") {
+        let q = queue("endpointslicemirroring");
+        let c = EndpointSliceMirroringController::new(api.clone(), &factory, q.clone());
+        pending.push(("endpointslicemirroring", q, c, config.mirroring_concurrent_service_endpoint_syncs, None));
     }
 
     factory.start();

@@ -75,6 +75,18 @@ pub struct ServerArgs {
     /// it (or the range itself when it is /24 or smaller).
     #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]
     pub cluster_cidr: String,
+    /// Service network (k3s's flag): Services get their ClusterIPs from it; its first address
+    /// is the `kubernetes` Service's.
+    #[arg(long, default_value = skiff_apiserver::registry::core::service::ranges::DEFAULT_SERVICE_CIDR, value_parser = parse_service_cidr)]
+    pub service_cluster_ip_range: String,
+    /// Ports NodePort and LoadBalancer Services get their node ports from (kube-apiserver's
+    /// flag), `FIRST-LAST`.
+    #[arg(long, default_value = skiff_apiserver::registry::core::service::ranges::DEFAULT_NODE_PORT_RANGE, value_parser = parse_node_port_range)]
+    pub service_node_port_range: String,
+    /// The address published in the `kubernetes` Service's endpoints (kube-apiserver's flag;
+    /// default: the bind address, or this host's default-route address).
+    #[arg(long)]
+    pub advertise_address: Option<IpAddr>,
     /// Static bearer tokens in kube-apiserver's CSV format (`token,user,uid,"group1,group2"`).
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
@@ -113,6 +125,16 @@ pub fn parse_ipv4_cidr(s: &str) -> Result<String, String> {
         Ok(p) if p <= 30 => Ok(s.to_string()),
         _ => Err(format!("invalid CIDR {s:?}: the prefix must be 0..=30")),
     }
+}
+
+/// Checks `--service-cluster-ip-range`.
+pub fn parse_service_cidr(s: &str) -> Result<String, String> {
+    skiff_apiserver::registry::core::service::ranges::ServiceIpRange::parse(s).map(|_| s.to_string())
+}
+
+/// Checks `--service-node-port-range`.
+pub fn parse_node_port_range(s: &str) -> Result<String, String> {
+    skiff_apiserver::registry::core::service::ranges::NodePortRange::parse(s).map(|_| s.to_string())
 }
 
 /// The pod CIDR of the local node: the first /24 of the cluster CIDR, or the cluster CIDR
@@ -272,6 +294,13 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         &args.disable_admission_plugins,
     )
     .map_err(anyhow::Error::msg)?;
+    config.services = skiff_apiserver::registry::core::service::alloc::ServiceAllocator::new(
+        skiff_apiserver::registry::core::service::ranges::ServiceIpRange::parse(&args.service_cluster_ip_range)
+            .map_err(anyhow::Error::msg)?,
+        skiff_apiserver::registry::core::service::ranges::NodePortRange::parse(&args.service_node_port_range)
+            .map_err(anyhow::Error::msg)?,
+    );
+    config.advertise_address = args.advertise_address;
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

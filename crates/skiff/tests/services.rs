@@ -1,0 +1,160 @@
+//! Services end to end with the real kubectl on simulated nodes: the `kubernetes` Service,
+//! `kubectl expose` giving a ClusterIP and EndpointSlices/Endpoints that follow pod readiness,
+//! a headless Service, NodePorts, and the 422s of bad allocations.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use serde_json::Value;
+
+/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
+fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn json(server: &Server, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&server.ok(&a)).unwrap()
+}
+
+/// The endpoints of the Service's slices: (address, ready).
+fn slice_endpoints(server: &Server, svc: &str) -> Vec<(String, bool)> {
+    let list = json(server, &["get", "endpointslices", "-l", &format!("kubernetes.io/service-name={svc}")]);
+    let mut out: Vec<(String, bool)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .map(|e| (e["addresses"][0].as_str().unwrap().to_string(), e["conditions"]["ready"] == true))
+        .collect();
+    out.sort();
+    out
+}
+
+fn pod_ips(server: &Server, selector: &str) -> Vec<(String, String)> {
+    let pods = json(server, &["get", "pods", "-l", selector]);
+    let mut out: Vec<(String, String)> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| Some((p["metadata"]["name"].as_str()?.to_string(), p["status"]["podIP"].as_str()?.to_string())))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
+    let server = Server::start_with(&["--simulated-nodes", "2"]);
+
+    // The API server's own Service and its endpoints.
+    let ip = eventually(&server, 30, "the kubernetes Service", || {
+        let out = server.kubectl(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]);
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    assert_eq!(ip, "10.43.0.1");
+    let kubernetes = eventually(&server, 30, "the kubernetes EndpointSlice", || {
+        let eps = slice_endpoints(&server, "kubernetes");
+        (!eps.is_empty()).then_some(eps)
+    });
+    assert_eq!(kubernetes.len(), 1);
+    let port = server.ok(&["get", "endpointslice", "kubernetes", "-o", "jsonpath={.ports[0].port}"]);
+    assert_eq!(port, server.port.to_string());
+
+    // expose: a ClusterIP in the range and one endpoint per ready pod.
+    server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=3", "--port=8080"]);
+    server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    server.ok(&["expose", "deployment", "web", "--port", "80", "--target-port", "8080"]);
+    let svc = json(&server, &["get", "svc", "web"]);
+    let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap();
+    assert!(cluster_ip.starts_with("10.43.") && cluster_ip != "10.43.0.1", "{svc}");
+    assert_eq!(svc["spec"]["clusterIPs"], serde_json::json!([cluster_ip]));
+    let pods = pod_ips(&server, "app=web");
+    assert_eq!(pods.len(), 3);
+    let want: Vec<(String, bool)> = {
+        let mut v: Vec<_> = pods.iter().map(|(_, ip)| (ip.clone(), true)).collect();
+        v.sort();
+        v
+    };
+    eventually(&server, 30, "the web slices to list the 3 ready pods", || {
+        (slice_endpoints(&server, "web") == want).then_some(())
+    });
+    let slice = &json(&server, &["get", "endpointslices", "-l", "kubernetes.io/service-name=web"])["items"][0];
+    assert_eq!(
+        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "endpointslice-controller.k8s.io"
+    );
+    assert_eq!(slice["ports"][0]["port"], 8080);
+    eventually(&server, 30, "the web Endpoints", || {
+        let out = server.ok(&["get", "endpoints", "web", "-o", "jsonpath={.subsets[*].addresses[*].ip}"]);
+        (out.split_whitespace().count() == 3).then_some(())
+    });
+
+    // A pod turning unready leaves the ready endpoints.
+    let (unready, unready_ip) = pods[0].clone();
+    server.ok(&[
+        "patch",
+        "pod",
+        &unready,
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
+    ]);
+    eventually(&server, 30, "the unready pod to leave the ready endpoints", || {
+        let eps = slice_endpoints(&server, "web");
+        eps.iter().any(|(ip, ready)| *ip == unready_ip && !ready).then_some(())
+    });
+    eventually(&server, 30, "the unready pod in notReadyAddresses", || {
+        let out = server.ok(&["get", "endpoints", "web", "-o", "jsonpath={.subsets[*].notReadyAddresses[*].ip}"]);
+        (out.trim() == unready_ip).then_some(())
+    });
+
+    // Headless: no ClusterIP, endpoints still.
+    server.ok(&["create", "deployment", "db", "--image=postgres", "--replicas=2"]);
+    server.ok(&["create", "service", "clusterip", "db", "--clusterip=None", "--tcp=5432"]);
+    let db = json(&server, &["get", "svc", "db"]);
+    assert_eq!(db["spec"]["clusterIP"], "None");
+    eventually(&server, 60, "the headless Service's endpoints", || {
+        let eps = slice_endpoints(&server, "db");
+        (eps.len() == 2 && eps.iter().all(|(_, r)| *r)).then_some(())
+    });
+    let labels = &json(&server, &["get", "endpointslices", "-l", "kubernetes.io/service-name=db"])["items"][0]["metadata"]
+        ["labels"];
+    assert_eq!(labels["service.kubernetes.io/headless"], "");
+
+    // NodePort: a port from the range.
+    server.ok(&["create", "service", "nodeport", "np", "--tcp=80:8080"]);
+    let np = json(&server, &["get", "svc", "np"])["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&np), "{np}");
+
+    // Bad allocations are 422 with the field, and allocate nothing.
+    let err = server.fails(&["create", "service", "nodeport", "np2", "--tcp=80", &format!("--node-port={np}")]);
+    assert!(
+        err.contains("spec.ports[0].nodePort: Invalid value") && err.contains("provided port is already allocated"),
+        "{err}"
+    );
+    let err = server.fails(&["create", "service", "nodeport", "np2", "--tcp=80", "--node-port=8080"]);
+    assert!(err.contains("provided port is not in the valid range. The range of valid ports is 30000-32767"), "{err}");
+    let err = server.fails(&["create", "service", "clusterip", "x", "--tcp=80", "--clusterip=10.43.0.1"]);
+    assert!(
+        err.contains("spec.clusterIPs: Invalid value") && err.contains("provided IP is already allocated"),
+        "{err}"
+    );
+    let err = server.fails(&["create", "service", "clusterip", "x", "--tcp=80", "--clusterip=10.0.0.5"]);
+    assert!(err.contains("is not in the valid range. The range of valid IPs is 10.43.0.0/16"), "{err}");
+
+    // Deleting a Service frees its node port for another.
+    server.ok(&["delete", "svc", "np"]);
+    server.ok(&["create", "service", "nodeport", "np2", "--tcp=80", &format!("--node-port={np}")]);
+}

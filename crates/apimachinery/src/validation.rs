@@ -1133,10 +1133,39 @@ fn validate_service(e: &mut Errs, o: &Value, old: Option<&Value>) {
         }
     }
     validate_labels(e, spec.get("selector"), "spec.selector");
+    validate_cluster_ips(e, spec, ty);
     if let Some(old_ip) = old.and_then(|o| o.pointer("/spec/clusterIP")).and_then(Value::as_str) {
         let new_ip = s(spec, "clusterIP");
         if !old_ip.is_empty() && !new_ip.is_empty() && old_ip != new_ip && ty != "ExternalName" {
             e.invalid_str("spec.clusterIP", new_ip, "field is immutable");
+        }
+    }
+}
+
+/// `validateClusterIPs`: `clusterIPs` are IP addresses (or `None` alone), the first one is
+/// `clusterIP`, and an ExternalName Service has none.
+fn validate_cluster_ips(e: &mut Errs, spec: &Value, ty: &str) {
+    let ips: Vec<&str> = arr(spec, "clusterIPs").iter().filter_map(Value::as_str).collect();
+    let ip = s(spec, "clusterIP");
+    if ty == "ExternalName" {
+        if !ips.is_empty() || !ip.is_empty() {
+            e.forbidden("spec.clusterIPs", "may not be set for ExternalName services");
+        }
+        return;
+    }
+    if !ip.is_empty() && ips.first().is_some_and(|first| *first != ip) {
+        e.invalid("spec.clusterIPs", &spec["clusterIPs"], "first value must match `clusterIP`");
+    }
+    for (i, v) in ips.iter().enumerate() {
+        let path = index("spec.clusterIPs", i);
+        if *v == "None" {
+            if ips.len() > 1 {
+                e.invalid_str(&path, v, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)");
+            }
+            continue;
+        }
+        if v.parse::<std::net::IpAddr>().is_err() {
+            e.invalid_str(&path, v, "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)");
         }
     }
 }
@@ -1863,6 +1892,24 @@ mod tests {
         let svc = |spec: Value| json!({"metadata": {"name": "web", "namespace": "d"}, "spec": spec});
         check("v1", "Service", svc(json!({"type": "ClusterIP"})), None, &["spec.ports: Required value"]);
         check("v1", "Service", svc(json!({"clusterIP": "None"})), None, &[]);
+        check(
+            "v1",
+            "Service",
+            svc(
+                json!({"clusterIP": "10.43.0.300", "clusterIPs": ["10.43.0.300"], "ports": [{"port": 80, "protocol": "TCP"}]}),
+            ),
+            None,
+            &[
+                "spec.clusterIPs[0]: Invalid value: \"10.43.0.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ],
+        );
+        check(
+            "v1",
+            "Service",
+            svc(json!({"type": "ExternalName", "externalName": "example.com", "clusterIP": "10.43.0.5"})),
+            None,
+            &["spec.clusterIPs: Forbidden: may not be set for ExternalName services"],
+        );
         check("v1", "Service", svc(json!({"type": "ExternalName"})), None, &["spec.externalName: Required value"]);
         check(
             "v1",

@@ -302,19 +302,25 @@ impl ServiceAllocator {
                     crate::util::set_in(svc, &["spec", "clusterIP"], json!(ip.to_string()));
                     crate::util::set_in(svc, &["spec", "clusterIPs"], json!([ip.to_string()]));
                 }
-            } else if let Ok(ip) = requested.parse::<Ipv4Addr>()
-                && !held.ips.contains(&ip)
-            {
+            } else {
                 let shown = go_string_slice(std::slice::from_ref(&requested));
-                if !self.ips.contains(ip) {
-                    return Err(invalid(
+                let out_of_range = || {
+                    invalid(
                         &name,
                         "spec.clusterIPs",
                         format!(
-                            "Invalid value: {shown}: failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
+                            "Invalid value: {shown}: failed to allocate IP {requested}: the provided IP ({requested}) is not in the valid range. The range of valid IPs is {}",
                             self.ips
                         ),
-                    ));
+                    )
+                };
+                // An address of another family (validation let it through) is out of range too.
+                let ip: Ipv4Addr = requested.parse().map_err(|_| out_of_range())?;
+                if held.ips.contains(&ip) {
+                    return self.allocate_node_ports(store, owner, svc, &spec, &held, dry_run, claimed).await;
+                }
+                if !self.ips.contains(ip) {
+                    return Err(out_of_range());
                 }
                 let key = format!("{IP_PREFIX}{ip}");
                 let taken = if dry_run {
@@ -334,11 +340,27 @@ impl ServiceAllocator {
                 }
             }
         }
+        self.allocate_node_ports(store, owner, svc, &spec, &held, dry_run, claimed).await
+    }
+
+    /// The node ports (and health-check node port) part of [`Self::allocate`].
+    #[allow(clippy::too_many_arguments)]
+    async fn allocate_node_ports(
+        &self,
+        store: &dyn Backend,
+        owner: &Owner,
+        svc: &mut Value,
+        spec: &Value,
+        held: &Allocated,
+        dry_run: bool,
+        claimed: &mut Allocated,
+    ) -> Result<(), ApiError> {
+        let name = owner.name.clone();
         let ty = spec["type"].as_str().unwrap_or("ClusterIP");
         if ty != "NodePort" && ty != "LoadBalancer" {
             return Ok(());
         }
-        let dynamic = needs_node_ports(&spec);
+        let dynamic = needs_node_ports(spec);
         // A port number served over two protocols gets one node port (alloc.go's
         // `initNodePorts`).
         let mut by_port: BTreeMap<i64, u16> = BTreeMap::new();
@@ -370,7 +392,7 @@ impl ServiceAllocator {
                 svc["spec"]["ports"][i]["nodePort"] = json!(np);
             }
         }
-        if needs_health_check_port(&spec) {
+        if needs_health_check_port(spec) {
             let requested = spec["healthCheckNodePort"].as_i64().unwrap_or(0);
             let np = if requested != 0 {
                 Some(
@@ -378,7 +400,7 @@ impl ServiceAllocator {
                         store,
                         owner,
                         requested,
-                        &held,
+                        held,
                         &used,
                         dry_run,
                         claimed,
@@ -678,6 +700,9 @@ mod tests {
                 "Invalid value: []string{\"10.0.0.5\"}: failed to allocate IP 10.0.0.5: the provided IP (10.0.0.5) is not in the valid range. The range of valid IPs is 10.43.0.0/16".into()
             )
         );
+        let mut s = svc("default", "a", json!({"clusterIP": "2001:db8::1", "ports": [{"port": 80}]}));
+        let e = a.allocate(store.as_ref(), &Owner::new("default", "a"), &mut s, None, false).await.unwrap_err();
+        assert!(cause(&e).1.contains("the provided IP (2001:db8::1) is not in the valid range"), "{e:?}");
         let mut s = svc("default", "b", json!({"clusterIP": "10.43.0.10", "ports": [{"port": 80}]}));
         a.allocate(store.as_ref(), &Owner::new("default", "b"), &mut s, None, false).await.unwrap();
         // A taken IP with a node port asked for: the port claimed first is given back.

@@ -10,8 +10,8 @@
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
-//! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`] and event TTL cleanup, wired
-//! together by [`run_controller_manager`]; and
+//! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
+//! cleanup, wired together by [`run_controller_manager`]; and
 //! [`nodeipam`] and [`nodelifecycle`], which `skiff server` runs on their own (they need
 //! `--cluster-cidr` and `--node-monitor-grace-period`).
 
@@ -35,6 +35,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
+pub mod servicelb;
 pub mod util;
 
 pub use manager::{ControllerManagerConfig, run_controller_manager, run_controller_manager_until};

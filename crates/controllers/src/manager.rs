@@ -20,6 +20,7 @@ use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::Publisher;
 use crate::serviceaccount::ServiceAccountsController;
+use crate::servicelb::ServiceLbController;
 use skiff_runtime::api::{ApiClient, KubeApi};
 use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
 use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
@@ -69,7 +70,7 @@ pub struct ControllerManagerConfig {
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
     /// `deployment`, `replicaset`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
-    /// `endpoint`, `endpointslicemirroring`, `eventttl`.
+    /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
 }
 
@@ -258,6 +259,11 @@ async fn run_controllers(
         let q = queue("endpointslicemirroring");
         let c = EndpointSliceMirroringController::new(api.clone(), &factory, q.clone());
         pending.push(("endpointslicemirroring", q, c, config.mirroring_concurrent_service_endpoint_syncs, None));
+    }
+    if config.enabled("servicelb") {
+        let q = queue("servicelb");
+        let c = ServiceLbController::new(api.clone(), &factory, q.clone());
+        pending.push(("servicelb", q, c, 1, None));
     }
 
     factory.start();

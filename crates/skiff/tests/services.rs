@@ -157,4 +157,47 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
     // Deleting a Service frees its node port for another.
     server.ok(&["delete", "svc", "np"]);
     server.ok(&["create", "service", "nodeport", "np2", "--tcp=80", &format!("--node-port={np}")]);
+
+    // LoadBalancer: node ports plus the nodes' addresses as ingress (k3s's ServiceLB).
+    server.ok(&["create", "service", "loadbalancer", "lb", "--tcp=80"]);
+    let nodes =
+        server.ok(&["get", "nodes", "-o", "jsonpath={.items[*].status.addresses[?(@.type==\"InternalIP\")].address}"]);
+    let mut want: Vec<&str> = nodes.split_whitespace().collect();
+    want.sort();
+    assert_eq!(want.len(), 2, "{nodes}");
+    eventually(&server, 30, "the LoadBalancer ingress", || {
+        let got = server.ok(&["get", "svc", "lb", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"]);
+        let mut got: Vec<String> = got.split_whitespace().map(str::to_string).collect();
+        got.sort();
+        (got == want).then_some(())
+    });
+    assert!(json(&server, &["get", "svc", "lb"])["spec"]["ports"][0]["nodePort"].as_i64().is_some());
+}
+
+#[test]
+fn allocations_survive_a_restart() {
+    let mut server = Server::start();
+    server.ok(&["create", "service", "nodeport", "web", "--tcp=80", "--node-port=30080"]);
+    let ip = server.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    server.stop();
+    server.spawn();
+    let err = server.fails(&["create", "service", "clusterip", "other", "--tcp=80", &format!("--clusterip={ip}")]);
+    assert!(err.contains("provided IP is already allocated"), "{err}");
+    let err = server.fails(&["create", "service", "nodeport", "other", "--tcp=80", "--node-port=30080"]);
+    assert!(err.contains("provided port is already allocated"), "{err}");
+    // An update that leaves clusterIP and nodePort out keeps them.
+    server.ok(&["patch", "svc", "web", "--type=merge", "-p", r#"{"metadata":{"labels":{"x":"y"}}}"#]);
+    let svc = json(&server, &["get", "svc", "web"]);
+    assert_eq!(svc["spec"]["clusterIP"], ip.as_str());
+    assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30080);
+    server.ok(&["delete", "svc", "web"]);
+    server.ok(&[
+        "create",
+        "service",
+        "nodeport",
+        "other",
+        "--tcp=80",
+        "--node-port=30080",
+        &format!("--clusterip={ip}"),
+    ]);
 }

@@ -191,13 +191,6 @@ fn allocations_survive_a_restart() {
     assert_eq!(svc["spec"]["clusterIP"], ip.as_str());
     assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30080);
     server.ok(&["delete", "svc", "web"]);
-    server.ok(&[
-        "create",
-        "service",
-        "nodeport",
-        "other",
-        "--tcp=80",
-        "--node-port=30080",
-        &format!("--clusterip={ip}"),
-    ]);
+    server.ok(&["create", "service", "nodeport", "other", "--tcp=80", "--node-port=30080"]);
+    server.ok(&["create", "service", "clusterip", "third", "--tcp=80", &format!("--clusterip={ip}")]);
 }

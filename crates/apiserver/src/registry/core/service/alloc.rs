@@ -372,8 +372,7 @@ impl ServiceAllocator {
             let requested = p["nodePort"].as_i64().unwrap_or(0);
             let field = format!("spec.ports[{i}].nodePort");
             let np = if requested != 0 {
-                let np =
-                    self.claim_port(store, owner, requested, &held, &used, dry_run, claimed, &name, &field).await?;
+                let np = self.claim_port(store, owner, requested, held, &used, dry_run, claimed, &name, &field).await?;
                 Some(np)
             } else if !dynamic {
                 None
@@ -581,10 +580,10 @@ impl ServiceAllocator {
                 Some(o) => {
                     tracing::warn!(%ip, service = %format!("{}/{}", o.namespace, o.name), "ClusterIP is allocated to another Service")
                 }
-                None if now - Self::created_at(&kv.value) >= min_age_secs => {
-                    if store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() {
-                        released.ips.push(parsed);
-                    }
+                None if now - Self::created_at(&kv.value) >= min_age_secs
+                    && store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() =>
+                {
+                    released.ips.push(parsed);
                 }
                 None => {}
             }
@@ -608,10 +607,10 @@ impl ServiceAllocator {
                 Some(o) => {
                     tracing::warn!(port, service = %format!("{}/{}", o.namespace, o.name), "node port is allocated to another Service")
                 }
-                None if now - Self::created_at(&kv.value) >= min_age_secs => {
-                    if store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() {
-                        released.ports.push(parsed);
-                    }
+                None if now - Self::created_at(&kv.value) >= min_age_secs
+                    && store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() =>
+                {
+                    released.ports.push(parsed);
                 }
                 None => {}
             }

@@ -339,6 +339,10 @@ async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
                 "resourcequota",
                 "root-ca-cert-publisher",
                 "clusterrole-aggregation",
+                "endpointslice",
+                "endpoint",
+                "endpointslicemirroring",
+                "servicelb",
                 "eventttl",
             ]
             .iter()

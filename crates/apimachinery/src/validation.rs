@@ -23,6 +23,8 @@ use crate::quantity::parse_quantity_value;
 use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
+pub mod job;
+
 /// Total size limit of `metadata.annotations` (256 KiB).
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 /// Size limit of ConfigMap and Secret data (1 MiB).
@@ -261,7 +263,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("apps", "Deployment") => validate_deployment(&mut e, obj, old),
         ("apps", "ReplicaSet" | "StatefulSet" | "DaemonSet") => validate_workload(&mut e, obj, old, &["Always"], true),
         ("", "ReplicationController") => validate_replication_controller(&mut e, obj),
-        ("batch", "Job") => validate_workload(&mut e, obj, None, &["OnFailure", "Never"], false),
+        ("batch", "Job") => job::validate_job(&mut e, obj, old),
         ("", "Service") => validate_service(&mut e, obj, old),
         ("", "ConfigMap") => validate_config_map(&mut e, obj, old),
         ("", "Secret") => validate_secret(&mut e, obj, old),

@@ -133,6 +133,26 @@ async fn workload_types_are_served_with_status_scale_defaults_and_validation() {
     let r = post(c, "/apis/batch/v1/namespaces/default/jobs", job.clone()).await;
     assert_eq!(r.code, 201, "{}", r.body);
     assert!(r.body.get("status").is_none_or(|s| s.get("active").is_none()), "{}", r.body);
+    // The Job strategy generates the selector and template labels from the uid.
+    let uid = r.body["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(r.body["spec"]["selector"], json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}));
+    assert_eq!(r.body["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/job-name"], "once");
+    assert_eq!(r.body["spec"]["backoffLimit"], 6);
+    // Its selector and template are immutable; bad ranges are 422 with field causes.
+    let mut changed = r.body.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx");
+    let u = call(c, "PUT", "/apis/batch/v1/namespaces/default/jobs/once", "application/json", Some(changed), "").await;
+    assert_eq!(u.code, 422, "{}", u.body);
+    assert_eq!(u.body["details"]["causes"][0]["field"], "spec.template", "{}", u.body);
+    let bad = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "bad"},
+        "spec": {"completionMode": "Indexed", "parallelism": -1,
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}});
+    let b = post(c, "/apis/batch/v1/namespaces/default/jobs", bad).await;
+    assert_eq!(b.code, 422, "{}", b.body);
+    let causes: Vec<&str> =
+        b.body["details"]["causes"].as_array().unwrap().iter().map(|c| c["field"].as_str().unwrap()).collect();
+    assert!(causes.contains(&"spec.parallelism") && causes.contains(&"spec.completions"), "{}", b.body);
+    assert_eq!(get(c, "/apis/batch/v1/namespaces/default/jobs/bad").await.code, 404);
     job = r.body.clone();
     job["status"] = json!({"active": 1});
     let s =

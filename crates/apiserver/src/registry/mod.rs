@@ -1,10 +1,11 @@
 //! The registry (k8s.io/apiserver `pkg/registry`): Kubernetes object semantics over the
 //! store. [`store`] is the generic store (`genericregistry.Store`), [`strategy`] the create,
-//! update and delete strategies it applies, with the per-resource ones in [`core`]; conversion,
+//! update and delete strategies it applies, with the per-resource ones in [`core`] and [`batch`]; conversion,
 //! defaulting, typed decoding, validation and field ownership are its helpers; [`crd`] serves custom
 //! resources; [`subresources`] and [`virtual_resources`] are the REST storages that are not
 //! plain objects.
 
+pub mod batch;
 pub mod convert;
 pub mod core;
 pub mod crd;

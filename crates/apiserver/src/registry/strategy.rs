@@ -2,7 +2,7 @@
 //! kube-apiserver's `rest.RESTCreateStrategy`/`RESTUpdateStrategy`/`RESTDeleteStrategy`
 //! (`PrepareForCreate`, `PrepareForUpdate`, `Validate`, `CheckGracefulDelete`): the rules every
 //! resource shares live here, the ones a resource adds in its module
-//! ([`crate::registry::core`]; custom resources: their CRD's schema in [`crate::registry::crd`]).
+//! ([`crate::registry::core`], [`crate::registry::batch`]; custom resources: their CRD's schema in [`crate::registry::crd`]).
 //!
 //! Admission's NamespaceLifecycle and Priority checks are not strategies: the store repeats them
 //! (`Objects::check_namespace`, `Objects::check_global_default`, the immortal namespaces) because
@@ -35,10 +35,11 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
         ("", "namespaces") => namespace::prepare_for_create(obj),
         ("", "services") => service::prepare_for_create(obj),
         ("", "persistentvolumeclaims") | ("", "persistentvolumes") => persistentvolume::prepare_for_create(obj),
+        ("batch", "jobs") => crate::registry::batch::job::prepare_for_create(obj),
         // Resources whose status only their controllers write (through `/status`).
         ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
         | ("", "replicationcontrollers" | "resourcequotas")
-        | ("batch", "jobs" | "cronjobs")
+        | ("batch", "cronjobs")
         | ("policy", "poddisruptionbudgets")
         | ("networking.k8s.io", "ingresses")
         | ("apiextensions.k8s.io", "customresourcedefinitions") => drop_status(obj),

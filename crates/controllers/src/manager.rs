@@ -15,6 +15,7 @@ use crate::endpoint::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
 use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::garbagecollector::GarbageCollector;
+use crate::job::JobController;
 use crate::namespace::NamespaceController;
 use crate::replicaset::ReplicaSetController;
 use crate::resourcequota::ResourceQuotaController;
@@ -36,6 +37,8 @@ pub struct ControllerManagerConfig {
     pub concurrent_deployment_syncs: usize,
     /// `--concurrent-replicaset-syncs` (5).
     pub concurrent_replicaset_syncs: usize,
+    /// `--concurrent-job-syncs` (5).
+    pub concurrent_job_syncs: usize,
     /// `--concurrent-gc-syncs` (20).
     pub concurrent_gc_syncs: usize,
     /// `--concurrent-namespace-syncs` (10).
@@ -68,7 +71,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `job`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -79,6 +82,7 @@ impl Default for ControllerManagerConfig {
         Self {
             concurrent_deployment_syncs: 5,
             concurrent_replicaset_syncs: 5,
+            concurrent_job_syncs: 5,
             concurrent_gc_syncs: 20,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 1,
@@ -214,6 +218,16 @@ async fn run_controllers(
             broadcaster.new_recorder(EventSource::component("replicaset-controller")),
         );
         pending.push(("replicaset", q, c, config.concurrent_replicaset_syncs, None));
+    }
+    if config.enabled("job") {
+        let q = queue("job");
+        let c = JobController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("job-controller")),
+        );
+        pending.push(("job", q, c, config.concurrent_job_syncs, None));
     }
     if config.enabled("namespace") {
         let q = queue("namespace");

@@ -333,6 +333,7 @@ async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
             disabled: [
                 "deployment",
                 "replicaset",
+                "job",
                 "garbagecollector",
                 "namespace",
                 "serviceaccount",

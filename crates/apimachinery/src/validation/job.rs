@@ -213,7 +213,7 @@ fn validate_pod_failure_policy(e: &mut Errs, pfp: &Value, restart: &str, per_ind
         match (codes, conds) {
             (Some(_), Some(_)) | (None, None) => e.invalid_raw(
                 &p,
-                &format!("{}", if codes.is_some() { "[onExitCodes onPodConditions]" } else { "[]" }),
+                if codes.is_some() { "[onExitCodes onPodConditions]" } else { "[]" },
                 "specifying one of OnExitCodes and OnPodConditions is required",
             ),
             _ => {}

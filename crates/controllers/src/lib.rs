@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`job`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`job`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -37,6 +37,7 @@ pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod servicelb;
+pub mod ttlafterfinished;
 pub mod util;
 
 pub use manager::{ControllerManagerConfig, run_controller_manager, run_controller_manager_until};

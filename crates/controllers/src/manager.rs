@@ -22,6 +22,7 @@ use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::Publisher;
 use crate::serviceaccount::ServiceAccountsController;
 use crate::servicelb::ServiceLbController;
+use crate::ttlafterfinished::TtlAfterFinishedController;
 use skiff_runtime::api::{ApiClient, KubeApi};
 use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
 use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
@@ -71,7 +72,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `job`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `job`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -228,6 +229,12 @@ async fn run_controllers(
             broadcaster.new_recorder(EventSource::component("job-controller")),
         );
         pending.push(("job", q, c, config.concurrent_job_syncs, None));
+    }
+    if config.enabled("ttl-after-finished") {
+        let q = queue("ttl-after-finished");
+        let c = TtlAfterFinishedController::new(api.clone(), &factory, q.clone());
+        // `--concurrent-ttl-after-finished-syncs` (5).
+        pending.push(("ttl-after-finished", q, c, 5, None));
     }
     if config.enabled("namespace") {
         let q = queue("namespace");

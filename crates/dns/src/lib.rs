@@ -1,0 +1,7 @@
+//! Cluster DNS (`skiff-dns`): the records of CoreDNS's `kubernetes` plugin for the cluster
+//! domain, built from Services and EndpointSlices, served over UDP and TCP; other names are
+//! forwarded to the node's upstream resolvers.
+
+pub mod records;
+
+pub use records::{Answer, RecordIndex};

@@ -5,3 +5,6 @@
 pub mod records;
 
 pub use records::{Answer, RecordIndex};
+pub mod server;
+
+pub use server::{DnsServer, Reply, handle_packet, read_upstreams};

@@ -2,6 +2,7 @@
 //! domain, built from Services and EndpointSlices, served over UDP and TCP; other names are
 //! forwarded to the node's upstream resolvers.
 
+pub mod feed;
 pub mod records;
 
 pub use records::{Answer, RecordIndex};

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use common::start_api_server_with;
 use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSpec, ProjectedVolumeSource, ServiceAccount, ServiceAccountTokenProjection, Volume,
+    ConfigMap, Container, Pod, PodSpec, ProjectedVolumeSource, ServiceAccount, ServiceAccountTokenProjection, Volume,
     VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -30,6 +30,19 @@ async fn a_projected_token_file_is_replaced_with_a_new_token_once_due() {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating the service account: {e}"),
+    }
+    // The kube-api-access volume admission adds projects kube-root-ca.crt, which the controller
+    // manager's root CA publisher writes; this test runs only the API server.
+    let cms: Api<ConfigMap> = Api::namespaced(h.client.clone(), "default");
+    let ca = ConfigMap {
+        metadata: ObjectMeta { name: Some("kube-root-ca.crt".into()), ..Default::default() },
+        data: Some([("ca.crt".to_string(), "test CA".to_string())].into()),
+        ..Default::default()
+    };
+    match cms.create(&PostParams::default(), &ca).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating kube-root-ca.crt: {e}"),
     }
     let projection = VolumeProjection {
         service_account_token: Some(ServiceAccountTokenProjection {

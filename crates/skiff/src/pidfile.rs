@@ -75,6 +75,13 @@ mod tests {
         let bin = dir.path().join("skiff");
         std::fs::copy("/bin/sleep", &bin).unwrap();
         let mut child = std::process::Command::new(&bin).arg("60").spawn().unwrap();
+        // spawn may return before the child's exec is visible in /proc: wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !is_live_skiff(child.id()) {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id()));
+            assert!(std::time::Instant::now() < deadline, "the child never showed as skiff: {cmdline:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         std::fs::write(path(dir.path()), format!("{}\n", child.id())).unwrap();
         let err = claim(dir.path()).unwrap_err().to_string();
         child.kill().unwrap();

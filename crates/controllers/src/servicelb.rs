@@ -24,7 +24,7 @@ pub struct ServiceLbController {
 }
 
 fn key(s: &Service) -> String {
-    format!("{}/{}", s.metadata.namespace.as_deref().unwrap_or(""), s.metadata.name.as_deref().unwrap_or(""))
+    skiff_runtime::informer::key_of(s)
 }
 
 fn is_load_balancer(s: &Service) -> bool {

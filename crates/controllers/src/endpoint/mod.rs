@@ -21,7 +21,7 @@ use skiff_runtime::controller::{Action, ReconcileResult, Reconciler};
 use skiff_runtime::informer::{HandlerFns, Informer, SharedInformerFactory};
 use skiff_runtime::workqueue::WorkQueue;
 use util::{
-    endpoint_labels, find_port, pod_endpoints_changed, pod_ipv4, pod_selector, selects, services_selecting,
+    endpoint_labels, find_port, pod_ipv4, pod_selector, queue_services_and_their_pods, selects,
     should_pod_be_in_endpoints, should_set_hostname,
 };
 
@@ -72,39 +72,7 @@ impl EndpointsController {
         let services = factory.informer::<Service>();
         let pods = factory.informer::<Pod>();
         let endpoints = factory.informer::<Endpoints>();
-        let key = |s: &Service| {
-            format!("{}/{}", s.metadata.namespace.as_deref().unwrap_or(""), s.metadata.name.as_deref().unwrap_or(""))
-        };
-        let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
-        services.add_event_handler(Arc::new(
-            HandlerFns::new()
-                .on_add(move |s: &Arc<Service>| q1.add(key(s)))
-                .on_update(move |_, s: &Arc<Service>| q2.add(key(s)))
-                .on_delete(move |s: &Arc<Service>| q3.add(key(s))),
-        ));
-        let enqueue_for_pod = {
-            let (q, services) = (queue.clone(), services.clone());
-            move |pod: &Pod| {
-                let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-                for k in services_selecting(services.store().list_namespace(ns).iter().map(|s| s.as_ref()), pod) {
-                    q.add(k);
-                }
-            }
-        };
-        let (e1, e2, e3) = (enqueue_for_pod.clone(), enqueue_for_pod.clone(), enqueue_for_pod);
-        pods.add_event_handler(Arc::new(
-            HandlerFns::new()
-                .on_add(move |p: &Arc<Pod>| e1(p))
-                .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
-                    if pod_endpoints_changed(old, new) {
-                        if old.metadata.labels != new.metadata.labels {
-                            e2(old);
-                        }
-                        e2(new);
-                    }
-                })
-                .on_delete(move |p: &Arc<Pod>| e3(p)),
-        ));
+        queue_services_and_their_pods(&services, &pods, &queue);
         // A deleted or edited Endpoints object of a selected Service is put back.
         let q = queue.clone();
         let q2 = queue.clone();

@@ -3,9 +3,12 @@
 //! of them belong in its endpoints, and the port a Service port reaches on a pod.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use skiff_runtime::informer::{HandlerFns, Informer, key_of};
+use skiff_runtime::workqueue::WorkQueue;
 
 use crate::util::is_pod_ready;
 
@@ -96,13 +99,47 @@ pub fn pod_endpoints_changed(old: &Pod, new: &Pod) -> bool {
 
 /// The keys (`namespace/name`) of the Services in `services` that select `pod`.
 pub fn services_selecting<'a>(services: impl IntoIterator<Item = &'a Service>, pod: &Pod) -> Vec<String> {
-    services
-        .into_iter()
-        .filter(|s| pod_selector(s).is_some_and(|sel| selects(sel, pod)))
-        .map(|s| {
-            format!("{}/{}", s.metadata.namespace.as_deref().unwrap_or(""), s.metadata.name.as_deref().unwrap_or(""))
-        })
-        .collect()
+    services.into_iter().filter(|s| pod_selector(s).is_some_and(|sel| selects(sel, pod))).map(key_of).collect()
+}
+
+/// The event handlers the Endpoints and EndpointSlice controllers share: every Service change
+/// queues the Service; a pod's add, delete, or change of what its endpoints show
+/// ([`pod_endpoints_changed`]) queues the Services selecting it — before and after a label change.
+pub fn queue_services_and_their_pods(
+    services: &Arc<Informer<Service>>,
+    pods: &Arc<Informer<Pod>>,
+    queue: &Arc<WorkQueue<String>>,
+) {
+    let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+    services.add_event_handler(Arc::new(
+        HandlerFns::new()
+            .on_add(move |s: &Arc<Service>| q1.add(key_of(&**s)))
+            .on_update(move |_, s: &Arc<Service>| q2.add(key_of(&**s)))
+            .on_delete(move |s: &Arc<Service>| q3.add(key_of(&**s))),
+    ));
+    let enqueue_for_pod = {
+        let (q, services) = (queue.clone(), services.clone());
+        move |pod: &Pod| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            for k in services_selecting(services.store().list_namespace(ns).iter().map(|s| s.as_ref()), pod) {
+                q.add(k);
+            }
+        }
+    };
+    let (e1, e2, e3) = (enqueue_for_pod.clone(), enqueue_for_pod.clone(), enqueue_for_pod);
+    pods.add_event_handler(Arc::new(
+        HandlerFns::new()
+            .on_add(move |p: &Arc<Pod>| e1(p))
+            .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
+                if pod_endpoints_changed(old, new) {
+                    if old.metadata.labels != new.metadata.labels {
+                        e2(old);
+                    }
+                    e2(new);
+                }
+            })
+            .on_delete(move |p: &Arc<Pod>| e3(p)),
+    ));
 }
 
 /// The labels the endpoints of `svc` carry: the Service's own (minus `reserved`) and the

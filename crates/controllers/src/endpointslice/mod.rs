@@ -24,7 +24,7 @@ use k8s_openapi::api::discovery::v1::{
 use parking_lot::Mutex;
 
 use crate::endpoint::util::{
-    endpoint_labels, find_port, pod_endpoints_changed, pod_ipv4, pod_selector, selects, services_selecting,
+    endpoint_labels, find_port, pod_ipv4, pod_selector, queue_services_and_their_pods, selects,
     should_pod_be_in_endpoints, should_set_hostname,
 };
 use crate::util::{is_pod_ready, new_controller_ref};
@@ -81,39 +81,7 @@ impl EndpointSliceController {
         let slices = factory.informer::<EndpointSlice>();
         let nodes = factory.informer::<Node>();
         slices.store().add_indexer(BY_SERVICE, |s: &EndpointSlice| slice_service_key(s).into_iter().collect());
-        let key = |s: &Service| {
-            format!("{}/{}", s.metadata.namespace.as_deref().unwrap_or(""), s.metadata.name.as_deref().unwrap_or(""))
-        };
-        let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
-        services.add_event_handler(Arc::new(
-            HandlerFns::new()
-                .on_add(move |s: &Arc<Service>| q1.add(key(s)))
-                .on_update(move |_, s: &Arc<Service>| q2.add(key(s)))
-                .on_delete(move |s: &Arc<Service>| q3.add(key(s))),
-        ));
-        let enqueue_for_pod = {
-            let (q, services) = (queue.clone(), services.clone());
-            move |pod: &Pod| {
-                let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-                for k in services_selecting(services.store().list_namespace(ns).iter().map(|s| s.as_ref()), pod) {
-                    q.add(k);
-                }
-            }
-        };
-        let (e1, e2, e3) = (enqueue_for_pod.clone(), enqueue_for_pod.clone(), enqueue_for_pod);
-        pods.add_event_handler(Arc::new(
-            HandlerFns::new()
-                .on_add(move |p: &Arc<Pod>| e1(p))
-                .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
-                    if pod_endpoints_changed(old, new) {
-                        if old.metadata.labels != new.metadata.labels {
-                            e2(old);
-                        }
-                        e2(new);
-                    }
-                })
-                .on_delete(move |p: &Arc<Pod>| e3(p)),
-        ));
+        queue_services_and_their_pods(&services, &pods, &queue);
         let on_slice = {
             let q = queue.clone();
             move |s: &EndpointSlice| {

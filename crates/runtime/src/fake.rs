@@ -474,3 +474,17 @@ impl ApiClient for FakeApi {
 pub fn json_of<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
+
+/// Takes every key ready in `queue`, marking each done, in the order the queue hands them out:
+/// what a controller's workers would process next (tests that check what a handler queued).
+pub async fn drain_queue<T: Eq + std::hash::Hash + Clone + Send + Sync + 'static>(
+    queue: &crate::workqueue::WorkQueue<T>,
+) -> Vec<T> {
+    let mut keys = Vec::new();
+    while !queue.is_empty() {
+        let Some(k) = queue.get().await else { break };
+        queue.done(&k);
+        keys.push(k);
+    }
+    keys
+}

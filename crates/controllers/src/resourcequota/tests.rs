@@ -71,13 +71,7 @@ impl Fixture {
     }
 
     async fn drain(&self) -> Vec<String> {
-        let q = self.c.queue();
-        let mut keys = Vec::new();
-        while !q.is_empty() {
-            let k = q.get().await.unwrap();
-            q.done(&k);
-            keys.push(k);
-        }
+        let mut keys = skiff_runtime::fake::drain_queue(self.c.queue()).await;
         keys.sort();
         keys
     }

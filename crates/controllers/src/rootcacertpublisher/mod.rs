@@ -151,13 +151,7 @@ mod tests {
     }
 
     async fn drain(q: &WorkQueue<String>) -> Vec<String> {
-        let mut keys = Vec::new();
-        while !q.is_empty() {
-            let k = q.get().await.unwrap();
-            q.done(&k);
-            keys.push(k);
-        }
-        keys
+        skiff_runtime::fake::drain_queue(q).await
     }
 
     #[tokio::test]

@@ -496,12 +496,10 @@ fn range_bounds(prefix: &str, start_after: Option<&str>) -> (Vec<u8>, Vec<u8>) {
     (lo, hi)
 }
 
-fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<RangeResponse> {
-    // The durable revision, read before the snapshot starts so the snapshot holds all of it;
-    // rows above it may be committed to the WAL but not yet fsynced.
-    let current = s.current_rev.load(Ordering::SeqCst);
-    let tx = conn.transaction().map_err(|e| s.err(e))?;
-    let compacted = meta(&tx, "compacted").map_err(|e| s.err(e))?;
+/// The revision a read of `req` sees in the snapshot `tx`: the request's, or `current` (the
+/// durable revision) when it names none; a future or compacted one is refused.
+fn read_revision(s: &Shared, tx: &rusqlite::Transaction<'_>, req: &RangeRequest, current: i64) -> Result<i64> {
+    let compacted = meta(tx, "compacted").map_err(|e| s.err(e))?;
     let at = if req.revision <= 0 { current } else { req.revision };
     if at > current {
         return Err(Error::FutureRevision { requested: at, current });
@@ -509,6 +507,15 @@ fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<R
     if at < compacted {
         return Err(Error::Compacted { requested: at, compacted });
     }
+    Ok(at)
+}
+
+fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<RangeResponse> {
+    // The durable revision, read before the snapshot starts so the snapshot holds all of it;
+    // rows above it may be committed to the WAL but not yet fsynced.
+    let current = s.current_rev.load(Ordering::SeqCst);
+    let tx = conn.transaction().map_err(|e| s.err(e))?;
+    let at = read_revision(s, &tx, req, current)?;
     let (lo, hi) = range_bounds(&req.prefix, req.start_after.as_deref());
     let mut kvs = Vec::new();
     let mut more = false;
@@ -547,14 +554,7 @@ fn read_range(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<R
 fn read_count(s: &Shared, conn: &mut Connection, req: &RangeRequest) -> Result<i64> {
     let current = s.current_rev.load(Ordering::SeqCst);
     let tx = conn.transaction().map_err(|e| s.err(e))?;
-    let compacted = meta(&tx, "compacted").map_err(|e| s.err(e))?;
-    let at = if req.revision <= 0 { current } else { req.revision };
-    if at > current {
-        return Err(Error::FutureRevision { requested: at, current });
-    }
-    if at < compacted {
-        return Err(Error::Compacted { requested: at, compacted });
-    }
+    let at = read_revision(s, &tx, req, current)?;
     let (lo, hi) = range_bounds(&req.prefix, req.start_after.as_deref());
     if lo >= hi {
         return Ok(0);

@@ -567,60 +567,60 @@ impl ServiceAllocator {
                 want_ports.insert(port, owner.clone());
             }
         }
+        let (ips_recreated, ips_released) =
+            Self::repair_keys(store, IP_PREFIX, &want_ips, Self::ip_value, "ClusterIP", min_age_secs).await?;
+        let (ports_recreated, ports_released) = Self::repair_keys(
+            store,
+            NODE_PORT_PREFIX,
+            &want_ports,
+            |_, owner| Self::port_value(owner),
+            "node port",
+            min_age_secs,
+        )
+        .await?;
+        let recreated = Allocated { ips: ips_recreated, ports: ports_recreated };
+        let released = Allocated { ips: ips_released, ports: ports_released };
+        Ok((recreated, released))
+    }
+
+    /// [`Self::repair`] for one kind of allocation stored under `prefix` (keys `prefix<value>`):
+    /// recreates the keys `want` names that are missing and releases the unowned ones older than
+    /// `min_age_secs`; returns (recreated, released).
+    async fn repair_keys<T>(
+        store: &dyn Backend,
+        prefix: &str,
+        want: &BTreeMap<T, Owner>,
+        value_of: impl Fn(T, &Owner) -> Vec<u8>,
+        what: &str,
+        min_age_secs: i64,
+    ) -> Result<(Vec<T>, Vec<T>), ApiError>
+    where
+        T: std::str::FromStr + Ord + Copy + std::fmt::Display,
+    {
         let now = crate::util::unix_now();
-        let (mut recreated, mut released) = (Allocated::default(), Allocated::default());
-        let stored = Self::entries(store, IP_PREFIX).await?;
+        let (mut recreated, mut released) = (Vec::new(), Vec::new());
         let mut present = BTreeSet::new();
-        for (ip, kv) in stored {
-            let Ok(parsed) = ip.parse::<Ipv4Addr>() else { continue };
+        for (name, kv) in Self::entries(store, prefix).await? {
+            let Ok(parsed) = name.parse::<T>() else { continue };
             present.insert(parsed);
-            let owner = Self::owner_of(&kv.value);
-            match want_ips.get(&parsed) {
-                Some(o) if owner.as_ref() == Some(o) => {}
+            match want.get(&parsed) {
+                Some(o) if Self::owner_of(&kv.value).as_ref() == Some(o) => {}
                 Some(o) => {
-                    tracing::warn!(%ip, service = %format!("{}/{}", o.namespace, o.name), "ClusterIP is allocated to another Service")
+                    tracing::warn!(value = %parsed, service = %format!("{}/{}", o.namespace, o.name), "{what} is allocated to another Service")
                 }
                 None if now - Self::created_at(&kv.value) >= min_age_secs
                     && store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() =>
                 {
-                    released.ips.push(parsed);
+                    released.push(parsed);
                 }
                 None => {}
             }
         }
-        for (ip, owner) in &want_ips {
-            if !present.contains(ip)
-                && let Claim::Claimed =
-                    Self::claim(store, format!("{IP_PREFIX}{ip}"), Self::ip_value(*ip, owner)).await?
+        for (value, owner) in want {
+            if !present.contains(value)
+                && let Claim::Claimed = Self::claim(store, format!("{prefix}{value}"), value_of(*value, owner)).await?
             {
-                recreated.ips.push(*ip);
-            }
-        }
-        let stored = Self::entries(store, NODE_PORT_PREFIX).await?;
-        let mut present = BTreeSet::new();
-        for (port, kv) in stored {
-            let Ok(parsed) = port.parse::<u16>() else { continue };
-            present.insert(parsed);
-            let owner = Self::owner_of(&kv.value);
-            match want_ports.get(&parsed) {
-                Some(o) if owner.as_ref() == Some(o) => {}
-                Some(o) => {
-                    tracing::warn!(port, service = %format!("{}/{}", o.namespace, o.name), "node port is allocated to another Service")
-                }
-                None if now - Self::created_at(&kv.value) >= min_age_secs
-                    && store.delete(&kv.key, Some(kv.mod_revision)).await.is_ok() =>
-                {
-                    released.ports.push(parsed);
-                }
-                None => {}
-            }
-        }
-        for (port, owner) in &want_ports {
-            if !present.contains(port)
-                && let Claim::Claimed =
-                    Self::claim(store, format!("{NODE_PORT_PREFIX}{port}"), Self::port_value(owner)).await?
-            {
-                recreated.ports.push(*port);
+                recreated.push(*value);
             }
         }
         Ok((recreated, released))

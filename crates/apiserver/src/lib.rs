@@ -8,8 +8,8 @@
 //!   request info → authorization → handlers, metrics) and the connection plumbing;
 //!   [`controlplane`]: the system PriorityClasses, the `kubernetes` Service and its endpoints,
 //!   and the node join endpoints.
-//! - [`filters`]: max-in-flight flow control, authentication, authorization (RBAC,
-//!   impersonation, the Node authorizer) and the installation of the security pipeline.
+//! - [`filters`]: max-in-flight flow control, authentication, impersonation, authorization
+//!   (RBAC, the Node authorizer) and the installation of the security pipeline.
 //! - [`endpoints`]: request parsing, content negotiation, the resource handlers, watch, patch,
 //!   discovery, OpenAPI, protobuf bodies, Tables, `pods/log` and the streaming subresources;
 //!   [`endpoints::responsewriters`] renders every response.

@@ -1,6 +1,5 @@
 //! Adapters from the API server's seams to `skiff-auth`: RBAC authorization
-//! (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/>), impersonation
-//! (`kubectl --as`), the access-review virtual resources (`kubectl auth can-i`, `kubectl auth
+//! (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/>), the access-review virtual resources (`kubectl auth can-i`, `kubectl auth
 //! whoami`), the bootstrap policy, and the task that keeps the RBAC snapshot in step with the
 //! watch caches of roles, rolebindings, clusterroles and clusterrolebindings.
 
@@ -9,16 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::http::request::Parts;
 use serde_json::Value;
 use skiff_apimachinery::ApiError;
 use skiff_auth::UserInfo;
-use skiff_auth::authn::impersonation;
 use skiff_auth::rbac::reviews::{self, AccessReviewKind};
 use skiff_auth::rbac::{self, RbacAuthorizer, RbacKind};
 
 use crate::admission::chain::ChainAdmission;
-use crate::auth::{Attributes, Authenticator, Authorizer, PeerIdentity, RequestUser};
+use crate::auth::{Attributes, Authenticator, Authorizer, RequestUser};
 use crate::endpoints::request::{Query, RequestInfo, single_name_selector};
 use crate::registry::virtual_resources::{VirtualHandler, VirtualRequest, VirtualResource};
 use crate::storage::watchcache::{EventKind, WatchCache};
@@ -32,7 +29,7 @@ const RBAC_RESOURCES: [(&str, RbacKind); 4] = [
     ("clusterrolebindings", RbacKind::ClusterRoleBinding),
 ];
 
-fn user_info(user: &RequestUser) -> UserInfo {
+pub(crate) fn user_info(user: &RequestUser) -> UserInfo {
     UserInfo::new(user.name.clone(), user.groups.iter().cloned())
 }
 
@@ -55,34 +52,6 @@ impl Authorizer for RbacAdapter {
         };
         // `check` renders nothing on the allow path (no "allowed by" reason is built).
         self.rbac.check_forbidden(&a)
-    }
-}
-
-/// Wraps an [`Authenticator`] and applies `Impersonate-*` headers (Kubernetes' user
-/// impersonation) once the requester is known, checking the `impersonate` verb with the
-/// configured authorizer (RBAC, or AlwaysAllow).
-pub struct ImpersonatingAuthenticator {
-    /// Who the connection is.
-    pub inner: Arc<dyn Authenticator>,
-    /// Decides whether the requester may impersonate.
-    pub authorizer: Arc<dyn rbac::Authorizer>,
-}
-
-impl Authenticator for ImpersonatingAuthenticator {
-    fn authenticate(&self, parts: &Parts, peer: &PeerIdentity) -> Option<RequestUser> {
-        self.authenticate_request(parts, peer).ok().flatten()
-    }
-
-    fn authenticate_request(&self, parts: &Parts, peer: &PeerIdentity) -> Result<Option<RequestUser>, ApiError> {
-        let Some(user) = self.inner.authenticate_request(parts, peer)? else { return Ok(None) };
-        if !impersonation::has_impersonation_headers(&parts.headers) {
-            return Ok(Some(user));
-        }
-        let requester = user_info(&user);
-        match impersonation::impersonate(&requester, &parts.headers, self.authorizer.as_ref())? {
-            Some(u) => Ok(Some(RequestUser { name: u.name, groups: u.groups })),
-            None => Ok(Some(user)),
-        }
     }
 }
 
@@ -205,7 +174,10 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
     } else {
         rbac.clone()
     };
-    config.authenticator = Some(Arc::new(ImpersonatingAuthenticator { inner, authorizer: authorizer.clone() }));
+    config.authenticator = Some(Arc::new(crate::filters::impersonation::ImpersonatingAuthenticator {
+        inner,
+        authorizer: authorizer.clone(),
+    }));
     config.authorizer = Some(if always_allow {
         Arc::new(crate::auth::AlwaysAllow)
     } else {
@@ -443,12 +415,12 @@ pub fn authorize(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn rbac_with_pod_reader() -> Arc<RbacAuthorizer> {
+    pub(crate) fn rbac_with_pod_reader() -> Arc<RbacAuthorizer> {
         let rbac = Arc::new(RbacAuthorizer::new());
         rbac.apply(&json!({"kind": "Role", "metadata": {"namespace": "default", "name": "pod-reader"},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}))
@@ -475,20 +447,8 @@ mod tests {
         }
     }
 
-    fn user(name: &str, groups: &[&str]) -> RequestUser {
+    pub(crate) fn user(name: &str, groups: &[&str]) -> RequestUser {
         RequestUser { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect() }
-    }
-
-    fn parts(headers: &[(&str, &str)]) -> Parts {
-        let mut b = axum::http::Request::builder().uri("/api/v1/namespaces/default/pods");
-        for (k, v) in headers {
-            b = b.header(*k, *v);
-        }
-        b.body(()).unwrap().into_parts().0
-    }
-
-    fn peer(name: &str, groups: &[&str]) -> PeerIdentity {
-        PeerIdentity(Some((name.into(), groups.iter().map(|g| g.to_string()).collect())))
     }
 
     #[test]
@@ -502,40 +462,6 @@ mod tests {
             e.message,
             r#"pods "x" is forbidden: User "jane" cannot delete resource "pods" in API group "" in the namespace "default""#
         );
-    }
-
-    #[test]
-    fn system_masters_may_impersonate_and_the_impersonated_user_is_authenticated() {
-        let a = ImpersonatingAuthenticator {
-            inner: Arc::new(crate::auth::CertificateAuthenticator),
-            authorizer: rbac_with_pod_reader(),
-        };
-        let u = a
-            .authenticate_request(&parts(&[("Impersonate-User", "jane")]), &peer("system:admin", &["system:masters"]))
-            .unwrap()
-            .unwrap();
-        assert_eq!(u, user("jane", &["system:authenticated"]));
-    }
-
-    #[test]
-    fn impersonation_without_the_impersonate_verb_is_forbidden() {
-        let a = ImpersonatingAuthenticator {
-            inner: Arc::new(crate::auth::CertificateAuthenticator),
-            authorizer: rbac_with_pod_reader(),
-        };
-        let e = a.authenticate_request(&parts(&[("Impersonate-User", "bob")]), &peer("jane", &[])).unwrap_err();
-        assert_eq!(e.code, 403);
-        assert!(e.message.contains(r#"User "jane" cannot impersonate resource "users""#), "{}", e.message);
-    }
-
-    #[test]
-    fn without_impersonation_headers_the_connection_user_is_kept() {
-        let a = ImpersonatingAuthenticator {
-            inner: Arc::new(crate::auth::CertificateAuthenticator),
-            authorizer: rbac_with_pod_reader(),
-        };
-        let u = a.authenticate_request(&parts(&[]), &peer("jane", &[])).unwrap().unwrap();
-        assert_eq!(u, user("jane", &["system:authenticated"]));
     }
 
     #[test]

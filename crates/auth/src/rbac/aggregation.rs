@@ -4,16 +4,13 @@
 //! A ClusterRole with an `aggregationRule` gets, as its `rules`, the union of the rules of every
 //! other ClusterRole whose labels match one of its `clusterRoleSelectors` (ClusterRoles in name
 //! order, duplicate rules once). As in Kubernetes the authorizer only reads stored `rules`: a
-//! controller (the cluster-role-aggregation controller) computes them with [`aggregate_rules`]
-//! or [`RbacAuthorizer::aggregation_updates`] and writes them back through the API.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! controller (the cluster-role-aggregation controller, `skiff-controllers`'
+//! `clusterroleaggregation`) computes them with [`aggregate_rules`] and writes them back through
+//! the API.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use skiff_apimachinery::LabelSelector;
-
-use super::RbacAuthorizer;
+use std::collections::BTreeMap;
 
 /// The rules `target` should hold given every ClusterRole in `all`; `Ok(None)` when `target`
 /// has no aggregation rule.
@@ -69,30 +66,4 @@ pub fn aggregate_to_fixed_point(mut roles: Vec<ClusterRole>) -> Vec<ClusterRole>
         }
     }
     roles
-}
-
-impl RbacAuthorizer {
-    /// The aggregated ClusterRoles whose stored rules differ from what their aggregation rule
-    /// computes now, with the new rules set: what the aggregation controller should write back
-    /// (each write comes back as a watch event and may trigger the next round).
-    pub fn aggregation_updates(&self) -> Vec<ClusterRole> {
-        let roles: Vec<Arc<ClusterRole>> = self.cluster_roles();
-        let mut out = Vec::new();
-        for target in roles.iter().filter(|r| r.aggregation_rule.is_some()) {
-            match aggregate_rules(target, roles.iter().map(|r| r.as_ref())) {
-                Ok(Some(rules)) if target.rules.as_ref() != Some(&rules) => {
-                    let mut updated = ClusterRole::clone(target);
-                    updated.rules = Some(rules);
-                    out.push(updated);
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(
-                    role = target.metadata.name.as_deref().unwrap_or_default(),
-                    "invalid aggregation rule: {e}"
-                ),
-            }
-        }
-        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        out
-    }
 }

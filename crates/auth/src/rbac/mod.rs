@@ -830,8 +830,10 @@ impl RbacAuthorizer {
         status
     }
 
-    /// A read-only view of every ClusterRole (for aggregation).
-    pub fn cluster_roles(&self) -> Vec<Arc<ClusterRole>> {
+    /// Every ClusterRole of the snapshot (the tests check aggregation against it; production
+    /// aggregation reads the controller manager's informer).
+    #[cfg(test)]
+    pub(crate) fn cluster_roles(&self) -> Vec<Arc<ClusterRole>> {
         self.state.read().cluster_roles.values().map(|(r, _)| r.clone()).collect()
     }
 }

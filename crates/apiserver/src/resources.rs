@@ -174,6 +174,18 @@ impl ResourceDef {
 
 const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
+/// The `proxy` subresource of pods, services and nodes (kind `PodProxyOptions`,
+/// `ServiceProxyOptions`, `NodeProxyOptions`), with kube-apiserver's verbs.
+const fn proxy(kind: &'static str) -> Subresource {
+    Subresource {
+        name: "proxy",
+        group: "",
+        version: "v1",
+        kind,
+        verbs: &["create", "delete", "get", "patch", "update"],
+    }
+}
+
 const fn status(kind: &'static str) -> Subresource {
     Subresource { name: "status", group: "", version: "", kind, verbs: STATUS_VERBS }
 }
@@ -217,13 +229,14 @@ pub fn builtin() -> Vec<ResourceDef> {
             kind: "PodPortForwardOptions",
             verbs: &["create", "get"],
         },
+        proxy("PodProxyOptions"),
     ];
     const NS_SUBS: &[Subresource] = &[
         status("Namespace"),
         Subresource { name: "finalize", group: "", version: "", kind: "Namespace", verbs: &["update"] },
     ];
-    const NODE_SUBS: &[Subresource] = &[status("Node")];
-    const SVC_SUBS: &[Subresource] = &[status("Service")];
+    const NODE_SUBS: &[Subresource] = &[proxy("NodeProxyOptions"), status("Node")];
+    const SVC_SUBS: &[Subresource] = &[proxy("ServiceProxyOptions"), status("Service")];
     const DEPLOY_SUBS: &[Subresource] = &[scale(), status("Deployment")];
     const RS_SUBS: &[Subresource] = &[scale(), status("ReplicaSet")];
     const CRD_SUBS: &[Subresource] = &[status("CustomResourceDefinition")];

@@ -194,3 +194,97 @@ fn allocations_survive_a_restart() {
     server.ok(&["create", "service", "nodeport", "other", "--tcp=80", "--node-port=30080"]);
     server.ok(&["create", "service", "clusterip", "third", "--tcp=80", &format!("--clusterip={ip}")]);
 }
+
+/// An HTTP/1.1 server on loopback answering every request with its request line and the
+/// `Authorization` header it saw; runs until the test process ends.
+fn echo_server() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut request_line = String::new();
+                let _ = reader.read_line(&mut request_line);
+                let mut auth = "none".to_string();
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if h.to_ascii_lowercase().starts_with("authorization:") {
+                        auth = h.trim().to_string();
+                    }
+                }
+                let body = format!("{} auth={auth}", request_line.trim());
+                let mut conn = conn;
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn the_proxy_subresources_reach_a_services_endpoint_and_a_pods_ip_and_say_why_when_they_cannot() {
+    let server = Server::start();
+    let port = echo_server();
+
+    // A Service without a selector, its endpoint written by hand on loopback.
+    server.ok_stdin(
+        &["apply", "-f", "-"],
+        &format!(
+            r#"{{"apiVersion": "v1", "kind": "List", "items": [
+  {{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "echo", "namespace": "default"}},
+    "spec": {{"ports": [{{"name": "web", "port": 80, "targetPort": {port}}}]}}}},
+  {{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+    "metadata": {{"name": "echo-1", "namespace": "default", "labels": {{"kubernetes.io/service-name": "echo"}}}},
+    "addressType": "IPv4", "ports": [{{"name": "web", "port": {port}}}],
+    "endpoints": [{{"addresses": ["127.0.0.1"], "conditions": {{"ready": true}}}}]}}]}}"#
+        ),
+    );
+    // By port number and by port name; the path and query are forwarded, the requester's
+    // credentials are not.
+    let out = server.ok(&["get", "--raw", "/api/v1/namespaces/default/services/echo:80/proxy/hello/world?x=1&watch=1"]);
+    // (kubectl sorts the query's parameters.)
+    assert!(out.starts_with("GET /hello/world?watch=1&x=1 HTTP/1.1"), "{out}");
+    assert!(out.ends_with("auth=none"), "{out}");
+    let out = server.ok(&["get", "--raw", "/api/v1/namespaces/default/services/http:echo:web/proxy/"]);
+    assert!(out.starts_with("GET / HTTP/1.1"), "{out}");
+
+    // A port the Service does not have, a Service without endpoints, a missing Service.
+    let err = server.fails(&["get", "--raw", "/api/v1/namespaces/default/services/echo:81/proxy/"]);
+    assert!(err.contains("no service port 81 found for service \"echo\""), "{err}");
+    server.ok(&["create", "service", "clusterip", "lonely", "--tcp=80:8080"]);
+    let err = server.fails(&["get", "--raw", "/api/v1/namespaces/default/services/lonely:80/proxy/"]);
+    assert!(err.contains("no endpoints available for service \"lonely\""), "{err}");
+    let err = server.fails(&["get", "--raw", "/api/v1/namespaces/default/services/missing/proxy/"]);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+
+    // A pod is reached at its IP and the port asked for; without an IP it is 503.
+    server.ok_stdin(
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}"#,
+    );
+    let err = server.fails(&["get", "--raw", &format!("/api/v1/namespaces/default/pods/p:{port}/proxy/")]);
+    assert!(err.contains("has no IP address"), "{err}");
+    server.ok(&[
+        "patch",
+        "pod",
+        "p",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}"#,
+    ]);
+    let out = server.ok(&["get", "--raw", &format!("/api/v1/namespaces/default/pods/p:{port}/proxy/metrics")]);
+    assert!(out.starts_with("GET /metrics HTTP/1.1"), "{out}");
+    let err = server.fails(&["get", "--raw", "/api/v1/namespaces/default/pods/ftp:p:21/proxy/"]);
+    assert!(err.contains("invalid pod request"), "{err}");
+}

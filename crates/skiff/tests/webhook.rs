@@ -365,5 +365,8 @@ webhooks:
         ]);
         (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).to_string())
     });
-    assert!(err.contains("service-injector.skiff.test") && err.contains("no ready endpoint"), "{err}");
+    assert!(
+        err.contains("service-injector.skiff.test") && err.contains("no endpoints available for service \"injector\""),
+        "{err}"
+    );
 }

@@ -44,7 +44,7 @@ use crate::AppState;
 use crate::StateSlot;
 use crate::admission::seam::{Admission, Attributes, Operation};
 use crate::resources::ResourceDef;
-use crate::storage::listers::{cache_get_shared, cache_objects};
+use crate::storage::listers::{ServicePortRef, cache_get_shared, resolve_service_endpoint};
 use crate::storage::watchcache::{CacheMsg, EventKind, Recv};
 
 /// How long a pod create waits for a missing service account to appear.
@@ -238,79 +238,18 @@ pub fn enabled_plugins(
 }
 
 /// Resolves a webhook's `clientConfig.service` to a ready endpoint of the Service, as
-/// kube-apiserver does with `--enable-aggregator-routing` (skiff has no kube-proxy, so a
-/// ClusterIP would lead nowhere): the Service port numbered `port` names the endpoint port; the
-/// address and port come from the Service's EndpointSlices (label
-/// `kubernetes.io/service-name`; endpoints whose `ready` condition is not false), else from its
-/// Endpoints (`subsets[].addresses`). An `ExternalName` Service resolves to its external name.
-/// TLS still verifies `<name>.<namespace>.svc` against the webhook's caBundle.
+/// kube-apiserver does with `--enable-aggregator-routing` (a ClusterIP needs the node proxy,
+/// which the API server's host may not run), through
+/// [`resolve_service_endpoint`]. TLS still verifies `<name>.<namespace>.svc` against the
+/// webhook's caBundle.
 pub struct EndpointResolver {
     slot: StateSlot,
-}
-
-impl EndpointResolver {
-    fn objects(state: &AppState, group: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
-        let Some(def) = state.registry.get(group, "v1", resource) else { return Vec::new() };
-        cache_objects(state, def.storage, &format!("{namespace}/"))
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-fn host_port(host: &str, port: i64) -> String {
-    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
 }
 
 impl ServiceResolver for EndpointResolver {
     fn resolve(&self, namespace: &str, name: &str, port: i32) -> Result<String, String> {
         let state = self.slot.get().ok_or("the API server is shutting down")?;
-        let services = Self::objects(&state, "", "services", namespace);
-        let svc = services
-            .iter()
-            .find(|s| s["metadata"]["name"] == name)
-            .ok_or_else(|| format!("service \"{namespace}/{name}\" not found"))?;
-        if svc["spec"]["type"] == "ExternalName" {
-            let host = svc["spec"]["externalName"].as_str().unwrap_or_default();
-            return Ok(host_port(host, port.into()));
-        }
-        let service_port = svc["spec"]["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["port"].as_i64() == Some(port.into()))
-            .ok_or_else(|| format!("service \"{namespace}/{name}\" has no port {port}"))?;
-        let port_name = service_port["name"].as_str().unwrap_or_default();
-        let named = |p: &&Value| p["name"].as_str().unwrap_or_default() == port_name;
-        for slice in Self::objects(&state, "discovery.k8s.io", "endpointslices", namespace) {
-            if slice["metadata"]["labels"]["kubernetes.io/service-name"] != name {
-                continue;
-            }
-            let Some(target) =
-                slice["ports"].as_array().into_iter().flatten().find(named).and_then(|p| p["port"].as_i64())
-            else {
-                continue;
-            };
-            for ep in slice["endpoints"].as_array().into_iter().flatten() {
-                if ep["conditions"]["ready"] == false {
-                    continue;
-                }
-                if let Some(addr) = ep["addresses"][0].as_str() {
-                    return Ok(host_port(addr, target));
-                }
-            }
-        }
-        for eps in Self::objects(&state, "", "endpoints", namespace) {
-            if eps["metadata"]["name"] != name {
-                continue;
-            }
-            for subset in eps["subsets"].as_array().into_iter().flatten() {
-                let target =
-                    subset["ports"].as_array().into_iter().flatten().find(named).and_then(|p| p["port"].as_i64());
-                if let (Some(target), Some(ip)) = (target, subset["addresses"][0]["ip"].as_str()) {
-                    return Ok(host_port(ip, target));
-                }
-            }
-        }
-        Err(format!("service \"{namespace}/{name}\" has no ready endpoint for port {port}"))
+        resolve_service_endpoint(&state, namespace, name, ServicePortRef::Number(port)).map_err(|e| e.message)
     }
 }
 

@@ -86,6 +86,7 @@ pub async fn dispatch(
         return Err(ApiError::method_not_allowed("the server does not allow this method on the requested resource"));
     }
     match (info.verb, sub) {
+        (_, "proxy") => crate::endpoints::proxy::proxy(state, parts, body, info).await,
         ("get" | "create", "exec" | "attach" | "portforward") => {
             crate::endpoints::streams::connect(state, parts, ns, name, sub, q).await
         }

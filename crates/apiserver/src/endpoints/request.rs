@@ -37,6 +37,9 @@ pub struct RequestInfo {
     pub name: String,
     /// Subresource ("" when none).
     pub subresource: String,
+    /// For the `proxy` subresource, the path after `/proxy` that is forwarded (`/` when none
+    /// was given, with a trailing slash kept); "" for every other request.
+    pub proxy_path: String,
 }
 
 /// Query parameters, decoded.
@@ -124,13 +127,24 @@ pub fn parse_resource_path(
         return Err(ApiError::bad_request(format!("invalid resource name {name:?}")));
     }
     let subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
-    if rest.len() > 3 {
-        return Err(not_found());
-    }
+    // `.../{name}/proxy/{path...}`: the rest of the path goes to the proxied server.
+    let proxy_path = if subresource == "proxy" {
+        let mut p = format!("/{}", rest[3..].join("/"));
+        if rest.len() > 3 && path.ends_with('/') {
+            p.push('/');
+        }
+        p
+    } else {
+        if rest.len() > 3 {
+            return Err(not_found());
+        }
+        String::new()
+    };
     if !subresource.is_empty() && def.subresource(&subresource).is_none() {
         return Err(not_found());
     }
-    let watch = truthy(q, "watch");
+    // A proxied request's query belongs to the proxied server (`?watch=1` is not a watch).
+    let watch = subresource != "proxy" && truthy(q, "watch");
     let verb = match (method.as_str(), name.is_empty()) {
         ("GET" | "HEAD", true) => {
             if watch {
@@ -158,7 +172,7 @@ pub fn parse_resource_path(
             ));
         }
     };
-    Ok(Some(RequestInfo { verb, def, namespace, name, subresource }))
+    Ok(Some(RequestInfo { verb, def, namespace, name, subresource, proxy_path }))
 }
 
 /// Reads the body up to [`MAX_BODY_BYTES`]; 413 beyond (what is left unread is dealt with by

@@ -167,6 +167,10 @@ pub struct Config {
     /// Service's endpoints (kube-apiserver's `--advertise-address`; `None`: the bind address,
     /// or the host's default-route address when bound to all or loopback addresses).
     pub advertise_address: Option<IpAddr>,
+    /// `--token`: the cluster's join token. On a datastore that already holds a cluster it
+    /// must be that cluster's ([`controlplane::bootstrapdata`]); on an empty one it becomes the
+    /// new cluster's token. `None`: `<data_dir>/token`, created on first start.
+    pub token: Option<String>,
 }
 
 impl Config {
@@ -188,6 +192,7 @@ impl Config {
             security: filters::authorization::SecurityOptions::default(),
             services: Default::default(),
             advertise_address: None,
+            token: None,
         }
     }
 }
@@ -258,6 +263,11 @@ impl ApiServer {
     /// [`ApiServer::wait_ready`] to wait for the caches.
     pub async fn start(mut config: Config, store: Arc<dyn Backend>) -> Result<ApiServer> {
         let mut registry = Registry::default();
+        // The cluster's CA and service-account key come from the datastore when another server
+        // made them, before anything here reads or generates them.
+        let joined =
+            controlplane::bootstrapdata::adopt(&config.data_dir, config.token.as_deref(), store.as_ref()).await?;
+        let bootstrap_store = store.clone();
         let security = if config.rbac { Some(filters::authorization::install(&mut config)?) } else { None };
         let mut sans = pki::host_sans();
         if !config.bind_address.is_unspecified() {
@@ -349,6 +359,10 @@ impl ApiServer {
             .fallback(fallback)
             .with_state(state.clone())
             .merge(controlplane::join::router(&config.data_dir, &pki)?);
+        if !joined {
+            // The join token exists now (the join router made it): later servers can join.
+            controlplane::bootstrapdata::publish(&config.data_dir, bootstrap_store.as_ref()).await?;
+        }
         let limits = Arc::new(filters::flowcontrol::MaxInFlight::new(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,

@@ -87,6 +87,12 @@ pub struct ServerArgs {
     /// default: the bind address, or this host's default-route address).
     #[arg(long)]
     pub advertise_address: Option<IpAddr>,
+    /// The cluster's join token (k3s's `--token`). On a datastore that already holds a cluster
+    /// (another server's, on the same etcd) it must be that cluster's: the server then adopts its
+    /// CA and service-account key and serves the same cluster. On an empty datastore it becomes
+    /// the new cluster's token. Default: DATA_DIR/token, created on first start.
+    #[arg(long, env = "SKIFF_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Static bearer tokens in kube-apiserver's CSV format (`token,user,uid,"group1,group2"`).
     #[arg(long)]
     pub token_auth_file: Option<PathBuf>,
@@ -301,6 +307,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)?,
     );
     config.advertise_address = args.advertise_address;
+    config.token = args.token.clone();
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

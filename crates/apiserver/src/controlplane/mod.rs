@@ -1,7 +1,9 @@
 //! What kube-apiserver runs besides serving requests (k8s.io/kubernetes `pkg/controlplane`):
 //! the objects every cluster has from its first start ([`bootstrap`]), the `kubernetes` Service
-//! and its endpoints ([`kubernetesservice`]) and skiff's node join endpoints ([`join`]).
+//! and its endpoints ([`kubernetesservice`]), skiff's node join endpoints ([`join`]) and the
+//! cluster's bootstrap data shared by every server on one datastore ([`bootstrapdata`]).
 
 pub mod bootstrap;
+pub mod bootstrapdata;
 pub mod join;
 pub mod kubernetesservice;

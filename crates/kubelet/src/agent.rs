@@ -84,6 +84,9 @@ pub struct AgentConfig {
     /// (the API server's kubelet client CA). With `None` the endpoint accepts any caller and
     /// therefore listens on 127.0.0.1 only.
     pub kubelet_client_ca_pem: Option<String>,
+    /// Whether the node proxy ([`skiff_proxy`], kube-proxy's nftables mode) programs this
+    /// host's Service rules (k3s's `--disable-kube-proxy` turns it off).
+    pub kube_proxy: bool,
 }
 
 impl AgentConfig {
@@ -105,6 +108,7 @@ impl AgentConfig {
             bridge_name: "skiff0".to_string(),
             kubelet_port: node::KUBELET_PORT as u16,
             kubelet_client_ca_pem: None,
+            kube_proxy: true,
         }
     }
 
@@ -311,6 +315,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
             std::future::pending::<()>().await
         }
     };
+    let proxy = node_proxy(client.clone(), &node_name, &pod_cidr, cfg.kube_proxy);
     let leases: Api<Lease> = Api::namespaced(client.clone(), lease::NODE_LEASE_NAMESPACE);
     let holder = LeaseHolder { node_name: node_name.clone(), node_uid: registered.metadata.uid.clone() };
     tokio::select! {
@@ -319,9 +324,37 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         _ = watch_pods(client.clone(), node_name.clone(), workers.clone()) => {}
         _ = workers.run() => {}
         _ = server => {}
+        _ = proxy => {}
     }
     drop(managed);
     Ok(())
+}
+
+/// The node proxy on this host's nftables, if enabled and `nft` is installed; never returns.
+/// Traffic from outside the node's pod CIDR to a ClusterIP is masqueraded (kube-proxy's
+/// `--detect-local-mode=NodeCIDR`).
+fn node_proxy(client: Client, node_name: &str, pod_cidr: &str, enabled: bool) -> impl std::future::Future<Output = ()> {
+    let cfg = skiff_proxy::ProxierConfig {
+        node_name: node_name.to_string(),
+        rules: skiff_proxy::RuleConfig { local_traffic: skiff_proxy::Cidr::parse(pod_cidr) },
+        min_sync_period: skiff_proxy::DEFAULT_MIN_SYNC_PERIOD,
+    };
+    async move {
+        let nft = skiff_proxy::NftCommand::default();
+        let available = enabled
+            && tokio::task::spawn_blocking({
+                let nft = nft.clone();
+                move || nft.is_available()
+            })
+            .await
+            .unwrap_or(false);
+        if available {
+            skiff_proxy::run_proxy(client, cfg, Arc::new(nft)).await;
+        } else if enabled {
+            tracing::warn!("no `nft` program (Debian package nftables): Services are not proxied on this node");
+        }
+        std::future::pending::<()>().await
+    }
 }
 
 /// `spec.podCIDR` (or the first of `spec.podCIDRs`) of a Node, when set.

@@ -23,6 +23,8 @@ pub struct KillallReport {
     pub unmounted: Vec<PathBuf>,
     /// Network links deleted (the node's pod bridge).
     pub deleted_links: Vec<String>,
+    /// nftables tables deleted (the node proxy's `ip skiff-proxy`).
+    pub deleted_tables: Vec<String>,
 }
 
 /// One line of `/proc/self/mountinfo`: mount point and filesystem type.
@@ -102,8 +104,9 @@ fn cmdline_mentions(pid: i32, dir: &str) -> bool {
 /// Stops what a node agent with data directory `data_dir` left on this host: SIGKILL to every
 /// process whose command line names the directory (containerd, its shims) or that lives in a
 /// network namespace bind-mounted under it (the pods' containers), then detaches every mount
-/// under it, deepest first, and removes the pod network's masquerade rule and the node's bridge
-/// (when it still has this node's gateway address and no other). The calling process
+/// under it, deepest first, and removes the pod network's masquerade rule, the node proxy's
+/// nftables table and the node's bridge (when it still has this node's gateway address and no
+/// other). The calling process
 /// is never killed. Needs root; errors are skipped (what could not be done is simply missing
 /// from the report).
 pub fn killall(data_dir: &Path) -> KillallReport {
@@ -111,6 +114,11 @@ pub fn killall(data_dir: &Path) -> KillallReport {
     let paths = crate::containerd::ContainerdPaths::new(data_dir.join("agent").join("containerd"));
     if let Some(cidr) = crate::containerd::written_pod_cidr(&paths) {
         crate::containerd::remove_pod_masquerade(&cidr);
+        // The node proxy's table is the host's, removed with the node that ran here.
+        let nft = skiff_proxy::NftCommand::default();
+        if nft.is_available() && skiff_proxy::cleanup(&nft).is_ok() {
+            report.deleted_tables.push(format!("ip {}", skiff_proxy::rules::TABLE));
+        }
     }
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     let needle = dir.to_string_lossy().into_owned();

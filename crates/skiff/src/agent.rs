@@ -61,6 +61,9 @@ pub struct AgentArgs {
     /// Run N simulated nodes (no containers) instead of a real node.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: u32,
+    /// Do not program Service rules on this host (k3s's flag): no node proxy.
+    #[arg(long)]
+    pub disable_kube_proxy: bool,
 }
 
 /// The token from `--token` or `--token-file`.
@@ -211,6 +214,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             cfg.container_runtime_endpoint = args.container_runtime_endpoint.clone();
             cfg.node_ip = args.node_ip;
             cfg.pod_cidr = args.pod_cidr.clone();
+            cfg.kube_proxy = !args.disable_kube_proxy;
             // The API server's kubelet-client certificate is signed by the cluster CA.
             cfg.kubelet_client_ca_pem = Some(ca_pem);
             skiff_kubelet::run_agent(client, cfg).await.map_err(anyhow::Error::from)

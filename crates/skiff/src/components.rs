@@ -104,6 +104,7 @@ async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
     let mut cfg = skiff_kubelet::AgentConfig::new(&ctx.data_dir);
     cfg.kubelet_client_ca_pem = Some(ctx.ca_pem.clone());
     cfg.pod_cidr = Some(crate::server::local_node_pod_cidr(&ctx.args.cluster_cidr));
+    cfg.kube_proxy = !ctx.args.disable_kube_proxy;
     // On shutdown the agent future is dropped here, which stops the managed containerd while
     // the runtime still runs (pods keep running, as with the kubelet).
     let mut stop = ctx.shutdown.clone();

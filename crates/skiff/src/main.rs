@@ -64,11 +64,16 @@ fn main() -> anyhow::Result<()> {
                 let dir = args.data_dir.unwrap_or_else(server::default_data_dir);
                 let report = skiff_kubelet::killall::killall(&dir);
                 eprintln!(
-                    "killed {} processes, unmounted {} mounts under {}, deleted links: {}",
+                    "killed {} processes, unmounted {} mounts under {}, deleted links: {}, deleted nftables tables: {}",
                     report.killed.len(),
                     report.unmounted.len(),
                     dir.display(),
-                    if report.deleted_links.is_empty() { "none".to_string() } else { report.deleted_links.join(", ") }
+                    if report.deleted_links.is_empty() { "none".to_string() } else { report.deleted_links.join(", ") },
+                    if report.deleted_tables.is_empty() {
+                        "none".to_string()
+                    } else {
+                        report.deleted_tables.join(", ")
+                    }
                 );
                 Ok(())
             }

@@ -38,6 +38,9 @@ pub struct ServerArgs {
     /// Run only the control plane: no local node (kubelet).
     #[arg(long)]
     pub disable_agent: bool,
+    /// The local node does not program Service rules (k3s's flag): no node proxy.
+    #[arg(long)]
+    pub disable_kube_proxy: bool,
     /// Register N simulated nodes (no containers) for scheduling experiments.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: u32,

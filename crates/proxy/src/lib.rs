@@ -7,11 +7,14 @@
 //! - [`rules`]: the table layout and each Service port's chains and map elements.
 //! - [`proxier`]: incremental syncs, one nftables transaction each.
 //! - [`nft`]: the `nft -j -f -` backend, and a bookkeeping one without a kernel.
+//! - `testing` (feature `testing`): Service and EndpointSlice builders.
 
 pub mod model;
 pub mod nft;
 pub mod proxier;
 pub mod rules;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::sync::Arc;
 
@@ -26,35 +29,36 @@ pub use nft::{Bookkeeping, NftBackend, NftCommand, NftError};
 pub use proxier::{DEFAULT_MIN_SYNC_PERIOD, Proxier, ProxierConfig, SyncOutcome};
 pub use rules::{Cidr, RuleConfig};
 
-/// Registers the proxier's handlers on a Service informer.
-pub fn feed_services(informer: &Informer<Service>, proxier: &Arc<Proxier>) {
-    let (add, update, delete) = (proxier.clone(), proxier.clone(), proxier.clone());
+/// Registers on `informer` handlers that hand adds and real updates to `upsert` and deletes
+/// to `delete`; a relist's unchanged object is a new `Arc` and is recomputed (to no change),
+/// while a periodic resync (the same `Arc`) is ignored.
+fn feed<K: kube::Resource + Clone + Send + Sync + 'static>(
+    informer: &Informer<K>,
+    proxier: &Arc<Proxier>,
+    upsert: fn(&Proxier, &Arc<K>),
+    delete: fn(&Proxier, &K),
+) {
+    let (add, update, del) = (proxier.clone(), proxier.clone(), proxier.clone());
     informer.add_event_handler(Arc::new(
         HandlerFns::new()
-            .on_add(move |s: &Arc<Service>| add.on_service(s))
-            .on_update(move |old: &Arc<Service>, new: &Arc<Service>| {
-                // A periodic resync (same object) changes nothing.
+            .on_add(move |o: &Arc<K>| upsert(&add, o))
+            .on_update(move |old: &Arc<K>, new: &Arc<K>| {
                 if !Arc::ptr_eq(old, new) {
-                    update.on_service(new)
+                    upsert(&update, new)
                 }
             })
-            .on_delete(move |s: &Arc<Service>| delete.on_service_deleted(s)),
+            .on_delete(move |o: &Arc<K>| delete(&del, o)),
     ));
+}
+
+/// Registers the proxier's handlers on a Service informer.
+pub fn feed_services(informer: &Informer<Service>, proxier: &Arc<Proxier>) {
+    feed(informer, proxier, Proxier::on_service, Proxier::on_service_deleted);
 }
 
 /// Registers the proxier's handlers on an EndpointSlice informer.
 pub fn feed_slices(informer: &Informer<EndpointSlice>, proxier: &Arc<Proxier>) {
-    let (add, update, delete) = (proxier.clone(), proxier.clone(), proxier.clone());
-    informer.add_event_handler(Arc::new(
-        HandlerFns::new()
-            .on_add(move |s: &Arc<EndpointSlice>| add.on_slice(s))
-            .on_update(move |old: &Arc<EndpointSlice>, new: &Arc<EndpointSlice>| {
-                if !Arc::ptr_eq(old, new) {
-                    update.on_slice(new)
-                }
-            })
-            .on_delete(move |s: &Arc<EndpointSlice>| delete.on_slice_deleted(s)),
-    ));
+    feed(informer, proxier, Proxier::on_slice, Proxier::on_slice_deleted);
 }
 
 /// Runs the node proxy against the API until dropped: cluster-wide Service and EndpointSlice
@@ -100,7 +104,7 @@ mod tests {
     use std::time::Duration;
 
     fn svc(name: &str, ip: &str) -> Service {
-        crate::model::tests::service("default", name, ip, 80)
+        Service::clone(&crate::testing::service("default", name, ip, 80, None))
     }
 
     #[test]

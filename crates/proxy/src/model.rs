@@ -205,46 +205,17 @@ pub fn service_ports(svc: &Service, slices: &[&EndpointSlice], node_name: &str) 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        LoadBalancerIngress, LoadBalancerStatus, ServicePort as K8sPort, ServiceSpec, ServiceStatus,
-    };
-    use k8s_openapi::api::discovery::v1::{Endpoint as SliceEndpoint, EndpointConditions, EndpointPort};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+    use k8s_openapi::api::discovery::v1::EndpointConditions;
 
     /// A ClusterIP Service `ns/name` on `ip` with one unnamed TCP port `port`.
     pub(crate) fn service(ns: &str, name: &str, ip: &str, port: i32) -> Service {
-        Service {
-            metadata: ObjectMeta { namespace: Some(ns.into()), name: Some(name.into()), ..Default::default() },
-            spec: Some(ServiceSpec {
-                cluster_ip: Some(ip.into()),
-                ports: Some(vec![K8sPort { port, protocol: Some("TCP".into()), ..Default::default() }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        Service::clone(&crate::testing::service(ns, name, ip, port, None))
     }
 
     /// A slice of `ns/service` with one unnamed TCP port and `(ip, ready, node)` endpoints.
     pub(crate) fn slice(ns: &str, service: &str, name: &str, port: i32, eps: &[(&str, bool, &str)]) -> EndpointSlice {
-        EndpointSlice {
-            metadata: ObjectMeta {
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                labels: Some([(SERVICE_NAME_LABEL.to_string(), service.to_string())].into()),
-                ..Default::default()
-            },
-            address_type: "IPv4".into(),
-            ports: Some(vec![EndpointPort { port: Some(port), protocol: Some("TCP".into()), ..Default::default() }]),
-            endpoints: eps
-                .iter()
-                .map(|(ip, ready, node)| SliceEndpoint {
-                    addresses: vec![ip.to_string()],
-                    conditions: Some(EndpointConditions { ready: Some(*ready), ..Default::default() }),
-                    node_name: Some(node.to_string()),
-                    ..Default::default()
-                })
-                .collect(),
-        }
+        EndpointSlice::clone(&crate::testing::slice(ns, service, name, port, eps))
     }
 
     #[test]

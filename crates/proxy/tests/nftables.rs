@@ -10,10 +10,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skiff_proxy::{Cidr, NftBackend, NftCommand, Proxier, ProxierConfig, RuleConfig};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use skiff_proxy::{Cidr, NftBackend, NftCommand, Proxier, ProxierConfig, RuleConfig, testing};
 
 struct NetNs {
     name: String,
@@ -91,38 +90,12 @@ fn fetch(ns: &NetNs, to: &str) -> Result<String, ErrorKind> {
 }
 
 fn service(name: &str, cluster_ip: &str, node_port: Option<i32>) -> Arc<Service> {
-    Arc::new(Service {
-        metadata: ObjectMeta { namespace: Some("default".into()), name: Some(name.into()), ..Default::default() },
-        spec: Some(ServiceSpec {
-            type_: Some(if node_port.is_some() { "NodePort" } else { "ClusterIP" }.into()),
-            cluster_ip: Some(cluster_ip.into()),
-            ports: Some(vec![ServicePort { port: 80, node_port, protocol: Some("TCP".into()), ..Default::default() }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    testing::service("default", name, cluster_ip, 80, node_port)
 }
 
 fn slice(service: &str, port: i32, ips: &[&str]) -> Arc<EndpointSlice> {
-    Arc::new(EndpointSlice {
-        metadata: ObjectMeta {
-            namespace: Some("default".into()),
-            name: Some(format!("{service}-abc")),
-            labels: Some([("kubernetes.io/service-name".to_string(), service.to_string())].into()),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort { port: Some(port), protocol: Some("TCP".into()), ..Default::default() }]),
-        endpoints: ips
-            .iter()
-            .map(|ip| Endpoint {
-                addresses: vec![ip.to_string()],
-                conditions: Some(EndpointConditions { ready: Some(true), ..Default::default() }),
-                node_name: Some("n1".into()),
-                ..Default::default()
-            })
-            .collect(),
-    })
+    let endpoints: Vec<(&str, bool, &str)> = ips.iter().map(|ip| (*ip, true, "n1")).collect();
+    testing::slice("default", service, &format!("{service}-abc"), port, &endpoints)
 }
 
 fn proxier(ns: &NetNs) -> Arc<Proxier> {

@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use skiff_proxy::{Cidr, NftCommand, Proxier, ProxierConfig, RuleConfig};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use skiff_proxy::{Cidr, NftCommand, Proxier, ProxierConfig, RuleConfig, testing};
 
 use super::harness::{Samples, cpu_us_per_op, load_average, ms, process_cpu_time};
 
@@ -38,38 +37,14 @@ pub struct ProxyArgs {
 const TARGET_P99: Duration = Duration::from_millis(100);
 
 fn service(i: usize, ip: Ipv4Addr, node_port: Option<i32>) -> Arc<Service> {
-    Arc::new(Service {
-        metadata: ObjectMeta { namespace: Some("bench".into()), name: Some(format!("svc-{i}")), ..Default::default() },
-        spec: Some(ServiceSpec {
-            type_: Some(if node_port.is_some() { "NodePort" } else { "ClusterIP" }.into()),
-            cluster_ip: Some(ip.to_string()),
-            ports: Some(vec![ServicePort { port: 80, node_port, protocol: Some("TCP".into()), ..Default::default() }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    testing::service("bench", &format!("svc-{i}"), &ip.to_string(), 80, node_port)
 }
 
+/// The slice of Service `i`; its endpoints are on other nodes than the proxy's.
 fn slice(i: usize, ips: &[Ipv4Addr]) -> Arc<EndpointSlice> {
-    Arc::new(EndpointSlice {
-        metadata: ObjectMeta {
-            namespace: Some("bench".into()),
-            name: Some(format!("svc-{i}-1")),
-            labels: Some([("kubernetes.io/service-name".to_string(), format!("svc-{i}"))].into()),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort { port: Some(8080), protocol: Some("TCP".into()), ..Default::default() }]),
-        endpoints: ips
-            .iter()
-            .map(|ip| Endpoint {
-                addresses: vec![ip.to_string()],
-                conditions: Some(EndpointConditions { ready: Some(true), ..Default::default() }),
-                node_name: Some(format!("node-{}", u32::from(*ip) % 100)),
-                ..Default::default()
-            })
-            .collect(),
-    })
+    let ips: Vec<String> = ips.iter().map(Ipv4Addr::to_string).collect();
+    let endpoints: Vec<(&str, bool, &str)> = ips.iter().map(|ip| (ip.as_str(), true, "node-1")).collect();
+    testing::slice("bench", &format!("svc-{i}"), &format!("svc-{i}-1"), 8080, &endpoints)
 }
 
 /// ClusterIP of Service `i` in 10.43.0.0/16 (the default range; `.0.0` skipped).

@@ -8,8 +8,9 @@
 //! (`spec.template.spec.containers[0].image`, `data[key]`).
 //!
 //! Rules follow `pkg/apis/*/validation` of Kubernetes 1.33 for: ObjectMeta (every kind), Namespace,
-//! Pod (+ pod templates), Deployment, ReplicaSet, StatefulSet/DaemonSet/Job (selector and
-//! template), Service, ConfigMap, Secret, ServiceAccount, Node, Lease, Role/ClusterRole,
+//! Pod (+ pod templates), Deployment, ReplicaSet, DaemonSet/Job (selector and template),
+//! StatefulSet (`statefulset`: its pod template counts the claim templates as volumes),
+//! Service, ConfigMap, Secret, ServiceAccount, Node, Lease, Role/ClusterRole,
 //! RoleBinding/ClusterRoleBinding, Event (core/v1 and events.k8s.io/v1) and
 //! CustomResourceDefinition (names). Objects are expected to be defaulted first
 //! ([`crate::defaults::apply_defaults`]), as the API server does.
@@ -24,6 +25,7 @@ use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
 pub mod job;
+mod statefulset;
 
 /// Total size limit of `metadata.annotations` (256 KiB).
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
@@ -216,6 +218,8 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
     match (group, kind) {
         ("", "Namespace") => NameRule::Dns1123Label,
         ("", "Service") => NameRule::Dns1035Label,
+        // `ValidateStatefulSetName`: its pods' hostnames are `<name>-<ordinal>`.
+        ("apps", "StatefulSet") => NameRule::Dns1123Label,
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
         _ => NameRule::Dns1123Subdomain,
     }
@@ -261,7 +265,8 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("", "Namespace") => validate_namespace(&mut e, obj),
         ("", "Pod") => validate_pod(&mut e, obj, old),
         ("apps", "Deployment") => validate_deployment(&mut e, obj, old),
-        ("apps", "ReplicaSet" | "StatefulSet" | "DaemonSet") => validate_workload(&mut e, obj, old, &["Always"], true),
+        ("apps", "ReplicaSet" | "DaemonSet") => validate_workload(&mut e, obj, old, &["Always"], true),
+        ("apps", "StatefulSet") => statefulset::validate_stateful_set(&mut e, obj, old),
         ("", "ReplicationController") => validate_replication_controller(&mut e, obj),
         ("batch", "Job") => job::validate_job(&mut e, obj, old),
         ("", "Service") => validate_service(&mut e, obj, old),

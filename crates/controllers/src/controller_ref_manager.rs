@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 
 use crate::util::controller_of;
-use skiff_runtime::api::{ApiClient, ApiError, ApiResource, PatchType, is_not_found};
+use skiff_runtime::api::{ApiClient, ApiClientExt, ApiError, ApiObject, ApiResource, PatchType, is_not_found};
 
 /// What to do with one candidate object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +190,35 @@ where
         Some(e) => Err(e),
         None => Ok(claimed),
     }
+}
+
+/// `RecheckDeletionTimestamp`: the live re-check before an adoption (`canAdopt`): a GET of the
+/// controller must find it with the same uid and not being deleted, so a recreated controller
+/// never adopts on behalf of its deleted namesake.
+///
+/// # Errors
+/// The GET's error, or 409 Conflict when the controller is gone or being deleted.
+pub async fn recheck_deletion_timestamp<K: ApiObject>(
+    api: &dyn ApiClient,
+    namespace: Option<&str>,
+    name: &str,
+    uid: &str,
+) -> Result<(), ApiError> {
+    let fresh: K = api.get_typed(namespace, name).await?;
+    let ns = namespace.unwrap_or_default();
+    let fresh_uid = fresh.meta().uid.as_deref().unwrap_or_default();
+    if fresh_uid != uid {
+        let kind = K::kind(&());
+        return Err(ApiError::new(
+            409,
+            "Conflict",
+            format!("original {kind} {ns}/{name} is gone: got uid {fresh_uid}, wanted {uid}"),
+        ));
+    }
+    if fresh.meta().deletion_timestamp.is_some() {
+        return Err(ApiError::new(409, "Conflict", format!("{ns}/{name} has just been deleted")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

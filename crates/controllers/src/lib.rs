@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`job`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`statefulset`] (on [`history`]), [`job`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -27,6 +27,7 @@ pub mod endpoint;
 pub mod endpointslice;
 pub mod endpointslicemirroring;
 pub mod garbagecollector;
+pub mod history;
 pub mod job;
 pub mod manager;
 pub mod namespace;
@@ -37,6 +38,7 @@ pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod servicelb;
+pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod util;
 

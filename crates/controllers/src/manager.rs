@@ -22,6 +22,7 @@ use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::Publisher;
 use crate::serviceaccount::ServiceAccountsController;
 use crate::servicelb::ServiceLbController;
+use crate::statefulset::StatefulSetController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
 use skiff_runtime::api::{ApiClient, KubeApi};
 use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
@@ -40,6 +41,8 @@ pub struct ControllerManagerConfig {
     pub concurrent_replicaset_syncs: usize,
     /// `--concurrent-job-syncs` (5).
     pub concurrent_job_syncs: usize,
+    /// `--concurrent-statefulset-syncs` (5).
+    pub concurrent_statefulset_syncs: usize,
     /// `--concurrent-gc-syncs` (20).
     pub concurrent_gc_syncs: usize,
     /// `--concurrent-namespace-syncs` (10).
@@ -72,7 +75,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `job`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `statefulset`, `job`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -84,6 +87,7 @@ impl Default for ControllerManagerConfig {
             concurrent_deployment_syncs: 5,
             concurrent_replicaset_syncs: 5,
             concurrent_job_syncs: 5,
+            concurrent_statefulset_syncs: 5,
             concurrent_gc_syncs: 20,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 1,
@@ -219,6 +223,16 @@ async fn run_controllers(
             broadcaster.new_recorder(EventSource::component("replicaset-controller")),
         );
         pending.push(("replicaset", q, c, config.concurrent_replicaset_syncs, None));
+    }
+    if config.enabled("statefulset") {
+        let q = queue("statefulset");
+        let c = StatefulSetController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("statefulset-controller")),
+        );
+        pending.push(("statefulset", q, c, config.concurrent_statefulset_syncs, None));
     }
     if config.enabled("job") {
         let q = queue("job");

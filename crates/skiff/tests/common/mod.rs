@@ -167,6 +167,26 @@ impl Server {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Polls `f` every 200 ms until it returns `Some`, failing after `secs` with `what` and the
+    /// server's log.
+    pub fn eventually<T>(&self, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `kubectl … -o json`, parsed.
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&a)).expect("kubectl printed JSON")
+    }
+
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().unwrap();

@@ -76,7 +76,7 @@ fn deployment(name: &str, replicas: i32) -> Deployment {
 }
 
 /// Sum of `controller_reconcile_total` over every controller and result.
-async fn reconciles(client: &kube::Client) -> anyhow::Result<f64> {
+pub(super) async fn reconciles(client: &kube::Client) -> anyhow::Result<f64> {
     Ok(metric_sum(&scrape(client).await?, "controller_reconcile_total{"))
 }
 
@@ -129,7 +129,7 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 
 /// What a phase cost the server: API writes by kind, CPU seconds, and the controllers'
 /// reconcile errors and resourceVersion conflicts.
-struct Cost {
+pub(super) struct Cost {
     writes: BTreeMap<String, f64>,
     cpu: f64,
     errors: f64,
@@ -137,7 +137,7 @@ struct Cost {
 }
 
 impl Cost {
-    async fn sample(client: &kube::Client, pid: u32) -> anyhow::Result<Cost> {
+    pub(super) async fn sample(client: &kube::Client, pid: u32) -> anyhow::Result<Cost> {
         let text = scrape(client).await?;
         Ok(Cost {
             writes: api_writes(&text),
@@ -149,7 +149,7 @@ impl Cost {
 
     /// Prints the writes per replica (total and by kind) and CPU seconds per 1,000 replicas
     /// between `self` and the later sample `after`.
-    fn report(&self, after: &Cost, replicas: i32, what: &str) {
+    pub(super) fn report(&self, after: &Cost, replicas: i32, what: &str) {
         let per = replicas.max(1) as f64;
         let mut by_kind: Vec<(String, f64)> = after
             .writes
@@ -173,37 +173,73 @@ impl Cost {
     }
 }
 
-/// Polls the Deployment every 20 ms until `done` holds for it; returns the time since `from`
-/// and prints progress every 5 s.
-async fn wait_for(
-    api: &Api<Deployment>,
+/// Polls the object every 20 ms until `done` holds for it; returns the time since `from` and
+/// prints `progress` of it every 5 s.
+pub(super) async fn wait_for<K>(
+    api: &Api<K>,
     name: &str,
     from: Instant,
     timeout: Duration,
     what: &str,
-    done: impl Fn(&Deployment) -> bool,
-) -> anyhow::Result<Duration> {
+    done: impl Fn(&K) -> bool,
+    progress: impl Fn(&K) -> String,
+) -> anyhow::Result<Duration>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let mut last_report = Instant::now();
     loop {
-        let d = api.get(name).await?;
-        if done(&d) {
+        let obj = api.get(name).await?;
+        if done(&obj) {
             return Ok(from.elapsed());
         }
         if last_report.elapsed() > Duration::from_secs(5) {
-            let s = d.status.clone().unwrap_or_default();
-            eprintln!(
-                "  {what}: {:.0} s, replicas {} updated {} ready {} available {}",
-                from.elapsed().as_secs_f64(),
-                s.replicas.unwrap_or(0),
-                s.updated_replicas.unwrap_or(0),
-                s.ready_replicas.unwrap_or(0),
-                s.available_replicas.unwrap_or(0)
-            );
+            eprintln!("  {what}: {:.0} s, {}", from.elapsed().as_secs_f64(), progress(&obj));
             last_report = Instant::now();
         }
         anyhow::ensure!(from.elapsed() < timeout, "{what}: not done after {timeout:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A Deployment's progress: its status counts.
+fn deployment_progress(d: &Deployment) -> String {
+    let s = d.status.clone().unwrap_or_default();
+    format!(
+        "replicas {} updated {} ready {} available {}",
+        s.replicas.unwrap_or(0),
+        s.updated_replicas.unwrap_or(0),
+        s.ready_replicas.unwrap_or(0),
+        s.available_replicas.unwrap_or(0)
+    )
+}
+
+/// Waits (at most a minute) until `nodes` simulated nodes are registered and Ready, then two
+/// seconds more for the components to finish their start-up lists.
+pub(super) async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> anyhow::Result<()> {
+    let node_api = Api::<Node>::all(admin.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = node_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if ready >= nodes as usize {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "only {ready} of {nodes} nodes Ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
 }
 
 /// Runs the benchmark and prints its report.
@@ -223,30 +259,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
     let nodes = args.nodes.to_string();
     let mut server = ServerProcess::spawn(&base.path().join("server"), &["--simulated-nodes", &nodes])?;
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
-    // Every simulated node registered and Ready.
-    let node_api = Api::<Node>::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = node_api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
-        if ready >= args.nodes as usize {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "only {ready} of {} nodes Ready", args.nodes);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Let the components finish their start-up lists.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_ready_nodes(&admin, args.nodes).await?;
 
     // 1. Scale-up from nothing.
     let api = Api::<Deployment>::namespaced(admin.clone(), "default");
@@ -256,10 +269,18 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
     let c0 = Cost::sample(&admin, pid).await?;
     let t0 = Instant::now();
     api.create(&PostParams::default(), &deployment("bench", replicas)).await?;
-    let created = wait_for(&api, "bench", t0, timeout, "create", |d| {
-        let s = d.status.clone().unwrap_or_default();
-        s.available_replicas == Some(replicas) && s.observed_generation >= d.metadata.generation
-    })
+    let created = wait_for(
+        &api,
+        "bench",
+        t0,
+        timeout,
+        "create",
+        |d| {
+            let s = d.status.clone().unwrap_or_default();
+            s.available_replicas == Some(replicas) && s.observed_generation >= d.metadata.generation
+        },
+        deployment_progress,
+    )
     .await?;
     let c1 = Cost::sample(&admin, pid).await?;
     let r1 = reconciles(&admin).await?;
@@ -280,13 +301,21 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
             serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"bench.skiff.io/rev": "2"}}}}});
         let patched = api.patch("bench", &PatchParams::default(), &Patch::Merge(&patch)).await?;
         let generation = patched.metadata.generation;
-        let took = wait_for(&api, "bench", t1, timeout, "rollout", |d| {
-            let s = d.status.clone().unwrap_or_default();
-            s.observed_generation >= generation
-                && s.updated_replicas == Some(replicas)
-                && s.available_replicas == Some(replicas)
-                && s.replicas == Some(replicas)
-        })
+        let took = wait_for(
+            &api,
+            "bench",
+            t1,
+            timeout,
+            "rollout",
+            |d| {
+                let s = d.status.clone().unwrap_or_default();
+                s.observed_generation >= generation
+                    && s.updated_replicas == Some(replicas)
+                    && s.available_replicas == Some(replicas)
+                    && s.replicas == Some(replicas)
+            },
+            deployment_progress,
+        )
         .await?;
         let c2 = Cost::sample(&admin, pid).await?;
         let r2 = reconciles(&admin).await?;

@@ -8,6 +8,7 @@ mod empty_handler;
 mod harness;
 mod podstartup;
 mod proxy;
+mod statefulset;
 mod store;
 
 /// The benchmarks.
@@ -31,6 +32,9 @@ pub enum BenchCommand {
     /// The controllers (issue 4): a 1,000-replica Deployment on simulated nodes until all
     /// replicas are available, and a rolling update, next to direct pod creates through the API.
     Deployment(deployment::DeploymentArgs),
+    /// A 1,000-replica StatefulSet with Parallel pod management on simulated nodes until all
+    /// replicas are Ready (issue 26), next to direct pod creates through the API.
+    Statefulset(statefulset::StatefulSetArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -58,6 +62,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             Ok(())
         }
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
+        BenchCommand::Statefulset(args) => statefulset::run(args).await,
         BenchCommand::Authorization(args) => authorization::run(args).await,
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,

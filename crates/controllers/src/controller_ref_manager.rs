@@ -11,12 +11,15 @@
 //! and the object's `resourceVersion` (and `uid`), so they fail with 409 Conflict instead of
 //! clobbering a concurrent change.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
-use crate::util::controller_of;
+use crate::util::{controller_of, labels_of};
 use skiff_runtime::api::{ApiClient, ApiClientExt, ApiError, ApiObject, ApiResource, PatchType, is_not_found};
+use skiff_runtime::informer::Store;
 
 /// What to do with one candidate object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +193,39 @@ where
         Some(e) => Err(e),
         None => Ok(claimed),
     }
+}
+
+/// `resolveControllerRef`: the controller of `kind` in `store` that `meta`'s controller
+/// reference points to, if it exists with that uid.
+pub fn resolve_controller_ref<K: ApiObject>(store: &Store<K>, meta: &ObjectMeta, kind: &str) -> Option<Arc<K>> {
+    let cref = controller_of(meta)?;
+    if cref.kind != kind {
+        return None;
+    }
+    let owner = store.get_namespaced(meta.namespace.as_deref(), &cref.name)?;
+    (owner.meta().uid.as_deref() == Some(cref.uid.as_str())).then_some(owner)
+}
+
+/// The controllers in `meta`'s namespace whose non-empty selector (`selector_of`) matches its
+/// labels: who may adopt an orphan (`getPodReplicaSets`, `getPodStatefulSets`).
+pub fn controllers_selecting<K: ApiObject>(
+    store: &Store<K>,
+    meta: &ObjectMeta,
+    selector_of: impl Fn(&K) -> Option<&MetaLabelSelector>,
+) -> Vec<Arc<K>> {
+    let labels = labels_of(meta);
+    if labels.is_empty() {
+        return Vec::new();
+    }
+    store
+        .list_namespace(meta.namespace.as_deref().unwrap_or_default())
+        .into_iter()
+        .filter(|c| {
+            selector_of(c)
+                .and_then(|s| crate::util::selector_of(s).ok())
+                .is_some_and(|sel| !sel.is_empty() && sel.matches(&labels))
+        })
+        .collect()
 }
 
 /// `RecheckDeletionTimestamp`: the live re-check before an adoption (`canAdopt`): a GET of the

@@ -29,7 +29,9 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use skiff_apimachinery::LabelSelector;
 
-use crate::controller_ref_manager::{Claimant, adopt, claim, recheck_deletion_timestamp};
+use crate::controller_ref_manager::{
+    Claimant, adopt, claim, controllers_selecting, recheck_deletion_timestamp, resolve_controller_ref,
+};
 use crate::history::History;
 use crate::util::{
     Clock, controller_of, is_pod_ready, labels_of, name_of, new_controller_ref, selector_of, system_clock, uid_of,
@@ -58,35 +60,14 @@ struct Handlers {
 }
 
 impl Handlers {
-    /// `resolveControllerRef`: the StatefulSet a controller reference points to, if it exists
-    /// with that uid.
+    /// `resolveControllerRef`.
     fn resolve(&self, meta: &ObjectMeta) -> Option<Arc<StatefulSet>> {
-        let cref = controller_of(meta)?;
-        if cref.kind != "StatefulSet" {
-            return None;
-        }
-        let set = self.sets.store().get_namespaced(meta.namespace.as_deref(), &cref.name)?;
-        (uid_of(&set.metadata) == cref.uid).then_some(set)
+        resolve_controller_ref(self.sets.store(), meta, "StatefulSet")
     }
 
     /// `getPodStatefulSets`: the sets whose selector matches the pod's labels.
     fn matching_sets(&self, pod: &Pod) -> Vec<Arc<StatefulSet>> {
-        let labels = labels_of(&pod.metadata);
-        if labels.is_empty() {
-            return Vec::new();
-        }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        self.sets
-            .store()
-            .list_namespace(ns)
-            .into_iter()
-            .filter(|s| {
-                s.spec
-                    .as_ref()
-                    .and_then(|spec| selector_of(&spec.selector).ok())
-                    .is_some_and(|sel| !sel.is_empty() && sel.matches(&labels))
-            })
-            .collect()
+        controllers_selecting(self.sets.store(), &pod.metadata, |s| s.spec.as_ref().map(|spec| &spec.selector))
     }
 
     fn enqueue(&self, set: &StatefulSet) {

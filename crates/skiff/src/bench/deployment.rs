@@ -28,49 +28,58 @@ use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use super::apiserver::{create_namespace, create_pods};
 use super::harness::{ServerProcess, admin_client, load_average, metric_sum, scrape};
 
+/// The flags of the benchmarks of a workload on simulated nodes.
+#[derive(clap::Args, Debug)]
+pub(super) struct ClusterArgs {
+    /// Replicas of the workload.
+    #[arg(long, default_value_t = 1000)]
+    pub(super) replicas: i32,
+    /// Simulated nodes (110 pods each).
+    #[arg(long, default_value_t = 20)]
+    pub(super) nodes: u32,
+    /// Concurrent clients of the baseline's direct pod creates.
+    #[arg(long, default_value_t = 64)]
+    pub(super) clients: usize,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 300.0)]
+    pub(super) timeout: f64,
+    /// Directory for the data directory (default: the system temp dir).
+    #[arg(long)]
+    pub(super) dir: Option<PathBuf>,
+}
+
 /// Flags of `skiff bench deployment`.
 #[derive(clap::Args, Debug)]
 pub struct DeploymentArgs {
-    /// Replicas of the Deployment.
-    #[arg(long, default_value_t = 1000)]
-    replicas: i32,
-    /// Simulated nodes (110 pods each).
-    #[arg(long, default_value_t = 20)]
-    nodes: u32,
-    /// Concurrent clients of the baseline's direct pod creates.
-    #[arg(long, default_value_t = 64)]
-    clients: usize,
-    /// Give up on a phase after this many seconds.
-    #[arg(long, default_value_t = 300.0)]
-    timeout: f64,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Skip the rolling update.
     #[arg(long)]
     skip_rollout: bool,
-    /// Directory for the data directory (default: the system temp dir).
-    #[arg(long)]
-    dir: Option<PathBuf>,
+}
+
+/// The selector `app=<name>` and a template of one pause container with that label.
+pub(super) fn pause_workload(name: &str) -> (LabelSelector, PodTemplateSpec) {
+    let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta { labels: Some(labels.clone()), ..Default::default() }),
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "pause".to_string(),
+                image: Some("registry.k8s.io/pause:3.10".to_string()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    };
+    (LabelSelector { match_labels: Some(labels), ..Default::default() }, template)
 }
 
 fn deployment(name: &str, replicas: i32) -> Deployment {
-    let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
+    let (selector, template) = pause_workload(name);
     Deployment {
         metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() },
-        spec: Some(DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..Default::default() }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "pause".to_string(),
-                        image: Some("registry.k8s.io/pause:3.10".to_string()),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
+        spec: Some(DeploymentSpec { replicas: Some(replicas), selector, template, ..Default::default() }),
         ..Default::default()
     }
 }
@@ -216,7 +225,7 @@ fn deployment_progress(d: &Deployment) -> String {
 
 /// Waits (at most a minute) until `nodes` simulated nodes are registered and Ready, then two
 /// seconds more for the components to finish their start-up lists.
-pub(super) async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> anyhow::Result<()> {
+async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> anyhow::Result<()> {
     let node_api = Api::<Node>::all(admin.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -242,31 +251,72 @@ pub(super) async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> an
     Ok(())
 }
 
-/// Runs the benchmark and prints its report.
-pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
+/// A `skiff server` with Ready simulated nodes, in a fresh temp dir removed on drop.
+pub(super) struct Cluster {
+    /// The server process.
+    pub(super) server: ServerProcess,
+    /// Its admin client.
+    pub(super) admin: kube::Client,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a server with `args.nodes` simulated nodes and waits until they are Ready.
+pub(super) async fn start_cluster(args: &ClusterArgs) -> anyhow::Result<Cluster> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let base = match &args.dir {
+    let dir = match &args.dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let timeout = Duration::from_secs_f64(args.timeout);
-    println!(
-        "skiff bench deployment: {} replicas on {} simulated nodes; load average {} at start",
-        args.replicas,
-        args.nodes,
-        load_average()
-    );
     let nodes = args.nodes.to_string();
-    let mut server = ServerProcess::spawn(&base.path().join("server"), &["--simulated-nodes", &nodes])?;
+    let mut server = ServerProcess::spawn(&dir.path().join("server"), &["--simulated-nodes", &nodes])?;
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
     wait_for_ready_nodes(&admin, args.nodes).await?;
+    Ok(Cluster { server, admin, _dir: dir })
+}
+
+/// The baseline of the same run: `args.replicas` pods created straight through the API by
+/// `args.clients` clients (unscheduled, so nothing else reacts to them); prints and returns the
+/// time and the number of clients, then the server's RSS.
+pub(super) async fn baseline(cluster: &Cluster, args: &ClusterArgs) -> anyhow::Result<(Duration, usize)> {
+    let mut clients = Vec::with_capacity(args.clients.max(1));
+    for _ in 0..args.clients.max(1) {
+        clients.push(admin_client(&cluster.server.kubeconfig()).await?);
+    }
+    create_namespace(&cluster.admin, "baseline").await?;
+    let (took, _, _) = create_pods(&clients, "baseline", args.replicas as usize).await?;
+    println!(
+        "baseline: {} pods created directly by {} clients: {:.2} s ({:.0}/s)",
+        args.replicas,
+        clients.len(),
+        took.as_secs_f64(),
+        args.replicas as f64 / took.as_secs_f64()
+    );
+    println!(
+        "RSS at the end: {:.1} MB; load average {} at end",
+        cluster.server.rss_bytes()? as f64 / 1e6,
+        load_average()
+    );
+    Ok((took, clients.len()))
+}
+
+/// Runs the benchmark and prints its report.
+pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
+    let timeout = Duration::from_secs_f64(args.cluster.timeout);
+    println!(
+        "skiff bench deployment: {} replicas on {} simulated nodes; load average {} at start",
+        args.cluster.replicas,
+        args.cluster.nodes,
+        load_average()
+    );
+    let cluster = start_cluster(&args.cluster).await?;
+    let (server, admin) = (&cluster.server, &cluster.admin);
 
     // 1. Scale-up from nothing.
     let api = Api::<Deployment>::namespaced(admin.clone(), "default");
-    let replicas = args.replicas;
+    let replicas = args.cluster.replicas;
     let pid = server.pid();
-    let r0 = reconciles(&admin).await?;
-    let c0 = Cost::sample(&admin, pid).await?;
+    let r0 = reconciles(admin).await?;
+    let c0 = Cost::sample(admin, pid).await?;
     let t0 = Instant::now();
     api.create(&PostParams::default(), &deployment("bench", replicas)).await?;
     let created = wait_for(
@@ -282,8 +332,8 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
         deployment_progress,
     )
     .await?;
-    let c1 = Cost::sample(&admin, pid).await?;
-    let r1 = reconciles(&admin).await?;
+    let c1 = Cost::sample(admin, pid).await?;
+    let r1 = reconciles(admin).await?;
     println!(
         "create → {replicas} available: {:.2} s ({:.0} pods/s), {:.0} reconciles ({:.0}/s)",
         created.as_secs_f64(),
@@ -317,8 +367,8 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
             deployment_progress,
         )
         .await?;
-        let c2 = Cost::sample(&admin, pid).await?;
-        let r2 = reconciles(&admin).await?;
+        let c2 = Cost::sample(admin, pid).await?;
+        let r2 = reconciles(admin).await?;
         println!(
             "rolling update of {replicas}: {:.2} s, {:.0} reconciles ({:.0}/s)",
             took.as_secs_f64(),
@@ -330,20 +380,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
     }
 
     // 3. Baseline: the same number of pods created straight through the API.
-    let mut clients = Vec::with_capacity(args.clients.max(1));
-    for _ in 0..args.clients.max(1) {
-        clients.push(admin_client(&server.kubeconfig()).await?);
-    }
-    create_namespace(&admin, "baseline").await?;
-    let (base_took, _, _) = create_pods(&clients, "baseline", replicas as usize).await?;
-    println!(
-        "baseline: {replicas} pods created directly by {} clients: {:.2} s ({:.0}/s)",
-        clients.len(),
-        base_took.as_secs_f64(),
-        replicas as f64 / base_took.as_secs_f64()
-    );
-    println!("RSS at the end: {:.1} MB; load average {} at end", server.rss_bytes()? as f64 / 1e6, load_average());
-    let _ = &mut server;
+    let (base_took, clients) = baseline(&cluster, &args.cluster).await?;
 
     println!();
     println!("| measurement | seconds | vs direct pod creates | vs target 5 s |");
@@ -355,6 +392,6 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
         let r = r.as_secs_f64();
         println!("| rolling update of {replicas} | {r:.2} | {:.1}× | — |", r / b);
     }
-    println!("| direct creates of {replicas} pods ({} clients) | {b:.2} | 1.0× | — |", clients.len());
+    println!("| direct creates of {replicas} pods ({clients} clients) | {b:.2} | 1.0× | — |");
     Ok(())
 }

@@ -10,10 +10,12 @@
 //! - [`defaults`]: per-type defaulting.
 //! - [`table`]: server-side printing (Table columns and cells).
 //! - [`quantity`]: `resource.Quantity` parsing, arithmetic and canonical printing.
+//! - [`cron`]: CronJob schedules and time zones, as Kubernetes parses and steps them.
 //!
 //! Everything works on raw `serde_json::Value` objects, so unknown fields survive. This crate
 //! knows nothing about HTTP or the store.
 
+pub mod cron;
 pub mod defaults;
 pub mod fields;
 pub mod names;

@@ -9,7 +9,7 @@
 //!
 //! Rules follow `pkg/apis/*/validation` of Kubernetes 1.33 for: ObjectMeta (every kind), Namespace,
 //! Pod (+ pod templates), Deployment, ReplicaSet, DaemonSet/Job (selector and template),
-//! StatefulSet (`statefulset`: its pod template counts the claim templates as volumes),
+//! StatefulSet (`statefulset`: its pod template counts the claim templates as volumes), CronJob,
 //! Service, ConfigMap, Secret, ServiceAccount, Node, Lease, Role/ClusterRole,
 //! RoleBinding/ClusterRoleBinding, Event (core/v1 and events.k8s.io/v1) and
 //! CustomResourceDefinition (names). Objects are expected to be defaulted first
@@ -24,6 +24,7 @@ use crate::quantity::parse_quantity_value;
 use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
+pub mod cronjob;
 pub mod job;
 mod statefulset;
 
@@ -284,7 +285,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("apiextensions.k8s.io", "CustomResourceDefinition") => validate_crd(&mut e, obj, old),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut e, obj, old),
         ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
-        ("batch", "CronJob") => validate_cron_job(&mut e, obj),
+        ("batch", "CronJob") => cronjob::validate_cron_job(&mut e, obj, old),
         _ => {}
     }
     e.0
@@ -300,7 +301,7 @@ pub fn validate_metadata(obj: &Value, namespaced: bool, old: Option<&Value>) -> 
 }
 
 // ---------------------------------------------------------------------------------------------
-// scheduling.k8s.io, policy, batch CronJob.
+// scheduling.k8s.io, policy.
 
 /// The priority classes every cluster has (`scheduling.SystemPriorityClasses`): name and value.
 pub const SYSTEM_PRIORITY_CLASSES: &[(&str, i64)] =
@@ -398,31 +399,6 @@ fn validate_label_selector_value(sel: &Value, path: &str) -> Vec<Cause> {
         }
     }
     e.0
-}
-
-fn validate_cron_job(e: &mut Errs, o: &Value) {
-    let Some(spec) = o.get("spec") else {
-        e.required("spec.schedule", "");
-        return;
-    };
-    let schedule = s(spec, "schedule");
-    if schedule.is_empty() {
-        e.required("spec.schedule", "");
-    } else if !schedule.starts_with('@') && schedule.split_whitespace().count() != 5 {
-        e.invalid_str(
-            "spec.schedule",
-            schedule,
-            &format!("expected exactly 5 fields, found {}: {schedule}", schedule.split_whitespace().count()),
-        );
-    }
-    if let Some(p) = spec.get("concurrencyPolicy").filter(|p| !p.is_null())
-        && !matches!(p.as_str(), Some("Allow" | "Forbid" | "Replace"))
-    {
-        e.not_supported("spec.concurrencyPolicy", p, &["Allow", "Forbid", "Replace"]);
-    }
-    for f in ["successfulJobsHistoryLimit", "failedJobsHistoryLimit", "startingDeadlineSeconds"] {
-        e.non_negative(&format!("spec.{f}"), spec.get(f));
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2110,17 +2086,6 @@ mod tests {
         let causes = validate("policy/v1", "PodDisruptionBudget", &pdb, None);
         let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
         assert_eq!(fields, vec!["spec", "spec.maxUnavailable"]);
-    }
-
-    #[test]
-    fn a_cron_job_needs_a_five_field_schedule() {
-        let cj = |sched: &str| {
-            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "d"},
-            "spec": {"schedule": sched, "jobTemplate": {"spec": {}}}})
-        };
-        assert!(validate("batch/v1", "CronJob", &cj("*/5 * * * *"), None).is_empty());
-        assert!(validate("batch/v1", "CronJob", &cj("@hourly"), None).is_empty());
-        assert_eq!(validate("batch/v1", "CronJob", &cj("* *"), None)[0].field, "spec.schedule");
     }
 
     #[test]

@@ -88,7 +88,7 @@ fn validate_generated_selector(e: &mut Errs, o: &Value, spec: &Value) {
     }
 }
 
-fn validate_job_spec(e: &mut Errs, spec: &Value) {
+pub(super) fn validate_job_spec(e: &mut Errs, spec: &Value) {
     for f in ["parallelism", "completions", "activeDeadlineSeconds", "backoffLimit", "ttlSecondsAfterFinished"] {
         e.non_negative(&format!("spec.{f}"), spec.get(f));
     }

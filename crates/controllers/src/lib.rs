@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`statefulset`] (on [`history`]), [`job`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`statefulset`] (on [`history`]), [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -22,6 +22,7 @@
 pub mod clusterroleaggregation;
 pub mod controller_ref_manager;
 pub mod controller_utils;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoint;
 pub mod endpointslice;

@@ -10,6 +10,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 
 use crate::clusterroleaggregation::ClusterRoleAggregationController;
+use crate::cronjob::CronJobController;
 use crate::deployment::{DeploymentController, MAX_RETRIES};
 use crate::endpoint::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
@@ -43,6 +44,8 @@ pub struct ControllerManagerConfig {
     pub concurrent_job_syncs: usize,
     /// `--concurrent-statefulset-syncs` (5).
     pub concurrent_statefulset_syncs: usize,
+    /// `--concurrent-cron-job-syncs` (5).
+    pub concurrent_cron_job_syncs: usize,
     /// `--concurrent-gc-syncs` (20).
     pub concurrent_gc_syncs: usize,
     /// `--concurrent-namespace-syncs` (10).
@@ -75,7 +78,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `statefulset`, `job`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `statefulset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -88,6 +91,7 @@ impl Default for ControllerManagerConfig {
             concurrent_replicaset_syncs: 5,
             concurrent_job_syncs: 5,
             concurrent_statefulset_syncs: 5,
+            concurrent_cron_job_syncs: 5,
             concurrent_gc_syncs: 20,
             concurrent_namespace_syncs: 10,
             concurrent_serviceaccount_syncs: 1,
@@ -243,6 +247,16 @@ async fn run_controllers(
             broadcaster.new_recorder(EventSource::component("job-controller")),
         );
         pending.push(("job", q, c, config.concurrent_job_syncs, None));
+    }
+    if config.enabled("cronjob") {
+        let q = queue("cronjob");
+        let c = CronJobController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("cronjob-controller")),
+        );
+        pending.push(("cronjob", q, c, config.concurrent_cron_job_syncs, None));
     }
     if config.enabled("ttl-after-finished") {
         let q = queue("ttl-after-finished");

@@ -24,6 +24,7 @@ use crate::registry::machinery::{self, Selectors};
 use crate::registry::schema;
 use crate::registry::strategy::{
     custom_prune, graceful_period, is_services, prepare_for_create, prepare_for_update, validate_object,
+    warnings_on_create, warnings_on_update,
 };
 use crate::resources::ResourceDef;
 use crate::util::{meta_mut, meta_str, set_in, set_resource_version};
@@ -705,6 +706,7 @@ impl Objects {
         if !causes.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, causes));
         }
+        warnings.extend(warnings_on_create(def, &obj));
         self.admission.validate_collecting(&attrs, &mut obj, &mut warnings).await?;
         self.check_global_default(def, &obj).await?;
         if let Some(manager) = &opts.field_manager {
@@ -845,6 +847,7 @@ impl Objects {
                     return Err(ApiError::invalid(def.group, def.kind, name, causes));
                 }
             }
+            warnings.extend(warnings_on_update(def, subresource, &new));
             self.admission.validate_collecting(&attrs, &mut new, &mut warnings).await?;
             self.check_global_default(def, &new).await?;
             if let Some(manager) = &opts.field_manager {

@@ -36,10 +36,10 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
         ("", "services") => service::prepare_for_create(obj),
         ("", "persistentvolumeclaims") | ("", "persistentvolumes") => persistentvolume::prepare_for_create(obj),
         ("batch", "jobs") => crate::registry::batch::job::prepare_for_create(obj),
+        ("batch", "cronjobs") => crate::registry::batch::cronjob::prepare_for_create(obj),
         // Resources whose status only their controllers write (through `/status`).
         ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
         | ("", "replicationcontrollers" | "resourcequotas")
-        | ("batch", "cronjobs")
         | ("policy", "poddisruptionbudgets")
         | ("networking.k8s.io", "ingresses")
         | ("apiextensions.k8s.io", "customresourcedefinitions") => drop_status(obj),
@@ -92,6 +92,23 @@ pub fn validate_object(
     match def.custom {
         Some(cr) => cr.validate(def, obj, old),
         None => machinery::validate(api_version, kind, obj, old),
+    }
+}
+
+/// `WarningsOnCreate`: the warnings a kind's strategy adds to a valid create.
+pub fn warnings_on_create(def: &ResourceDef, obj: &Value) -> Vec<String> {
+    match (def.group, def.resource, def.custom.is_some()) {
+        ("batch", "cronjobs", false) => crate::registry::batch::cronjob::warnings_on_create(obj),
+        _ => Vec::new(),
+    }
+}
+
+/// `WarningsOnUpdate`: the warnings a kind's strategy adds to a valid update of the main
+/// resource (status strategies add none).
+pub fn warnings_on_update(def: &ResourceDef, subresource: Option<&str>, new: &Value) -> Vec<String> {
+    match (def.group, def.resource, def.custom.is_some(), subresource) {
+        ("batch", "cronjobs", false, None) => crate::registry::batch::cronjob::warnings_on_update(new),
+        _ => Vec::new(),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::batch::v1::{Job, JobCondition};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector as MetaLabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -54,6 +55,17 @@ pub fn selector_of(sel: &MetaLabelSelector) -> Result<LabelSelector, String> {
 /// Whether a `metav1.LabelSelector` is the empty selector (selects everything).
 pub fn selects_everything(sel: &MetaLabelSelector) -> bool {
     sel.match_labels.as_ref().is_none_or(BTreeMap::is_empty) && sel.match_expressions.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// `jobutil.FinishedCondition`: the Job's true `Complete` or `Failed` condition, if it has
+/// finished (what the CronJob and TTL-after-finished controllers read).
+pub fn finished_condition(job: &Job) -> Option<&JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
 }
 
 /// Whether the object has `metadata.deletionTimestamp`.

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use skiff_apimachinery::cron::{Schedule, load_location};
 
-use crate::util::{name_of, new_controller_ref};
+use crate::util::{finished_condition, name_of, new_controller_ref};
 
 /// The annotation carrying a Job's scheduled time, RFC 3339 in the CronJob's time zone
 /// (`batch.kubernetes.io/cronjob-scheduled-timestamp`).
@@ -207,13 +207,7 @@ pub fn active(cj: &CronJob) -> &[ObjectReference] {
 
 /// `getFinishedStatus`: the type of the Job's true `Complete` or `Failed` condition.
 pub fn finished_status(job: &Job) -> Option<&str> {
-    job.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        .map(|c| c.type_.as_str())
+    finished_condition(job).map(|c| c.type_.as_str())
 }
 
 /// `byJobStartTime`: oldest `status.startTime` first, Jobs never started last, ties by name.

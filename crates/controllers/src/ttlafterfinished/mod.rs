@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::util::{Clock, name_of, system_clock};
+use crate::util::{Clock, finished_condition, name_of, system_clock};
 use skiff_runtime::api::{ApiClient, ApiClientExt, DeleteOptions, PropagationPolicy, is_not_found};
 use skiff_runtime::controller::{Action, ReconcileResult, Reconciler};
 use skiff_runtime::informer::{Informer, ResourceEventHandler, SharedInformerFactory, key_of, split_key};
@@ -37,13 +37,7 @@ fn needs_cleanup(job: &Job) -> bool {
 
 /// `jobFinishTime`: when the Job's Complete or Failed condition became true.
 pub fn finish_time(job: &Job) -> Option<Timestamp> {
-    job.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        .map(|c| c.last_transition_time.as_ref().map(|t| t.0).unwrap_or_default())
+    finished_condition(job).map(|c| c.last_transition_time.as_ref().map(|t| t.0).unwrap_or_default())
 }
 
 /// `timeLeft`: how long until the Job expires (zero or negative: expired); `None` when it has

@@ -334,6 +334,7 @@ async fn one_of_two_managers_leads_and_a_shutdown_hands_the_lease_over() {
                 "deployment",
                 "replicaset",
                 "job",
+                "cronjob",
                 "ttl-after-finished",
                 "garbagecollector",
                 "namespace",

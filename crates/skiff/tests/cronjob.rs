@@ -108,3 +108,42 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history_limit() {
     let events = server.ok(&["get", "events", "--field-selector", "involvedObject.kind=CronJob"]);
     assert!(events.contains("SuccessfulCreate"), "{events}");
 }
+
+#[test]
+fn a_restarted_controller_runs_a_time_missed_while_down_once_inside_the_deadline() {
+    let mut server = Server::start_with(&["--simulated-nodes", "1"]);
+    // Pods that keep running, so every run stays in the active list (concurrencyPolicy Allow).
+    let running = TICK
+        .replace("        metadata:\n          annotations:\n            skiff.io/simulated-phase: Succeeded\n", "")
+        .replace("  successfulJobsHistoryLimit: 1", "  startingDeadlineSeconds: 100");
+    server.ok_stdin(&["apply", "-f", "-"], &running);
+    let first = server.eventually(150, "the first scheduled Job", || {
+        jobs(&server).into_iter().map(|(n, _)| n).find(|n| n.starts_with("tick-"))
+    });
+    let minute: u64 = first.trim_start_matches("tick-").parse().unwrap();
+
+    // Down across the next schedule time.
+    server.kill9();
+    let next = std::time::UNIX_EPOCH + std::time::Duration::from_secs((minute + 1) * 60 + 1);
+    while std::time::SystemTime::now() < next {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    server.spawn();
+
+    let missed = format!("tick-{}", minute + 1);
+    server.eventually(90, "the Job of the time missed while down", || {
+        jobs(&server).into_iter().any(|(n, _)| n == missed).then_some(())
+    });
+    // Both runs are active, each once: the first was not created again after the restart.
+    let active = server.eventually(30, "both runs in the active list", || {
+        let cj = json(&server, &["get", "cronjob", "tick"]);
+        let mut names: Vec<String> =
+            cj["status"]["active"].as_array()?.iter().filter_map(|r| r["name"].as_str().map(str::to_string)).collect();
+        names.sort();
+        names.contains(&missed).then_some(names)
+    });
+    let mut unique = active.clone();
+    unique.dedup();
+    assert_eq!(active, unique, "a run listed twice");
+    assert!(active.contains(&first), "{active:?}");
+}

@@ -66,6 +66,9 @@ pub struct AgentConfig {
     pub cluster_dns: Vec<String>,
     /// Cluster domain (`--cluster-domain`).
     pub cluster_domain: String,
+    /// The host resolv.conf pods with dnsPolicy Default inherit (`--resolv-conf`; empty: none);
+    /// default [`crate::dns::default_resolv_conf`].
+    pub resolv_conf: PathBuf,
     /// Maximum pods (`--max-pods`, 110).
     pub max_pods: u32,
     /// Sandbox image.
@@ -100,6 +103,7 @@ impl AgentConfig {
             node_ip: None,
             cluster_dns: Vec::new(),
             cluster_domain: "cluster.local".to_string(),
+            resolv_conf: crate::dns::default_resolv_conf(),
             max_pods: 110,
             sandbox_image: DEFAULT_SANDBOX_IMAGE.to_string(),
             labels: BTreeMap::new(),
@@ -281,7 +285,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         cgroup_root: cfg.cgroup_root.clone(),
         cluster_dns: cfg.cluster_dns.clone(),
         cluster_domain: cfg.cluster_domain.clone(),
-        resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        resolv_conf: cfg.resolv_conf.clone(),
         allocatable_cpu_millis: machine.cpus as i64 * 1000,
         memory_capacity: machine.memory_bytes as i64,
         allocatable_ephemeral_storage: machine.ephemeral_storage_bytes as i64,

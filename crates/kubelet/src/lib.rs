@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod cgroups;
 pub mod containerd;
 pub mod cri;
+pub mod dns;
 pub mod envvars;
 pub mod host;
 pub mod images;

@@ -32,9 +32,10 @@ use tokio::task::JoinHandle;
 
 use super::container::{ContainerAction, backoff_action, kill_container, start_container};
 use super::sandbox::create_pod_sandbox;
-use super::{ContainerInfo, PodRuntimeConfig, ResolvConf, RuntimePod};
+use super::{ContainerInfo, PodRuntimeConfig, RuntimePod};
 use crate::backoff::Backoff;
 use crate::cri::{ImageService, RuntimeService, api};
+use crate::dns::{Configurer, HostDns, PodDns};
 use crate::envvars::NodeFacts;
 use crate::host::{EventType, PodEvent, PodHost};
 use crate::kuberuntime;
@@ -83,8 +84,8 @@ pub(crate) struct RuntimeManager {
     pub(crate) host: Arc<dyn PodHost>,
     /// Node settings.
     pub(crate) cfg: PodRuntimeConfig,
-    /// The host's resolv.conf, read once.
-    host_dns: ResolvConf,
+    /// The host's resolv.conf, read once at start (the kubelet reads it for each pod).
+    host_dns: HostDns,
     /// CrashLoopBackOff of exited containers, by `<pod uid>/<container name>`.
     restart_backoff: Mutex<Backoff>,
     /// Back-off of failed image pulls, by `<pod uid>/<image>`.
@@ -101,7 +102,7 @@ impl RuntimeManager {
         host: Arc<dyn PodHost>,
         cfg: PodRuntimeConfig,
     ) -> Self {
-        let host_dns = kuberuntime::read_resolv_conf(&cfg.resolv_conf);
+        let host_dns = HostDns::read(&cfg.resolv_conf);
         RuntimeManager {
             runtime,
             images,
@@ -130,9 +131,19 @@ impl RuntimeManager {
         &self.image_backoff
     }
 
-    /// The host's DNS settings, for `sandbox.rs`.
-    pub(super) fn host_dns(&self) -> &ResolvConf {
-        &self.host_dns
+    /// The pod's DNS settings (the kubelet's `GetPodDNS`).
+    ///
+    /// # Errors
+    /// The host's resolv.conf could not be read or parsed.
+    pub(super) fn pod_dns(&self, pod: &Pod) -> Result<PodDns, String> {
+        let node_ips: Vec<std::net::IpAddr> = self.cfg.node_ip.parse().into_iter().collect();
+        let configurer = Configurer {
+            cluster_dns: &self.cfg.cluster_dns,
+            cluster_domain: &self.cfg.cluster_domain,
+            host: &self.host_dns,
+            node_ips: &node_ips,
+        };
+        configurer.pod_dns(pod)
     }
 }
 
@@ -546,7 +557,10 @@ pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Po
         return Ok(FAST_RESYNC);
     };
     let pod_ip = if host_network { m.cfg.node_ip.clone() } else { sandbox.ip.clone().unwrap_or_default() };
-    let sandbox_config = kuberuntime::sandbox_config(pod, &m.cfg, sandbox.attempt, &m.host_dns);
+    // The sandbox exists: its DNS settings only complete the configuration containers are
+    // created with, and any warning about them was recorded when it was created.
+    let dns = m.pod_dns(pod).map(|d| d.config).unwrap_or_default();
+    let sandbox_config = kuberuntime::sandbox_config(pod, &m.cfg, sandbox.attempt, dns);
     let facts = NodeFacts {
         host_ip: m.cfg.node_ip.clone(),
         pod_ip: pod_ip.clone(),
@@ -843,6 +857,8 @@ mod tests {
     impl Harness {
         fn new(pod: Pod) -> Self {
             let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+            std::fs::write(dir.path().join("resolv.conf"), "nameserver 192.0.2.53\n")
+                .unwrap_or_else(|e| panic!("resolv.conf: {e}"));
             let cfg = PodRuntimeConfig {
                 node_name: "node-1".into(),
                 node_ip: "192.0.2.10".into(),

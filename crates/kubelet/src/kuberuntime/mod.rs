@@ -14,7 +14,7 @@ pub(crate) mod manager;
 pub(crate) mod sandbox;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -54,7 +54,8 @@ pub struct PodRuntimeConfig {
     pub cluster_dns: Vec<String>,
     /// Cluster domain (`--cluster-domain`), e.g. "cluster.local".
     pub cluster_domain: String,
-    /// The host's resolv.conf (dnsPolicy Default).
+    /// The host's resolv.conf (`--resolv-conf`, for dnsPolicy Default; empty: none, see
+    /// [`crate::dns::HostDns::Disabled`]).
     pub resolv_conf: PathBuf,
     /// Node allocatable CPU in millicores.
     pub allocatable_cpu_millis: i64,
@@ -123,81 +124,6 @@ fn host_network(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.host_network).unwrap_or(false)
 }
 
-/// Parsed resolv.conf.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResolvConf {
-    /// `nameserver` entries.
-    pub servers: Vec<String>,
-    /// `search` domains.
-    pub searches: Vec<String>,
-    /// `options` entries.
-    pub options: Vec<String>,
-}
-
-/// Parses resolv.conf text.
-pub fn parse_resolv_conf(text: &str) -> ResolvConf {
-    let mut rc = ResolvConf::default();
-    for line in text.lines() {
-        let line = line.split(['#', ';']).next().unwrap_or_default();
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => rc.servers.extend(words.next().map(str::to_string)),
-            Some("search") | Some("domain") => rc.searches = words.map(str::to_string).collect(),
-            Some("options") => rc.options.extend(words.map(str::to_string)),
-            _ => {}
-        }
-    }
-    rc
-}
-
-/// The DNS configuration for a pod per its `dnsPolicy` (ClusterFirst, ClusterFirstWithHostNet,
-/// Default, None) and `dnsConfig`; see "DNS for Services and Pods"
-/// (<https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-dns-config>).
-pub fn dns_config(pod: &Pod, cfg: &PodRuntimeConfig, host: &ResolvConf) -> api::DnsConfig {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
-    let use_cluster = !cfg.cluster_dns.is_empty()
-        && match policy {
-            "ClusterFirst" => !host_network(pod),
-            "ClusterFirstWithHostNet" => true,
-            _ => false,
-        };
-    let mut dns = if policy == "None" {
-        api::DnsConfig::default()
-    } else if use_cluster {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let d = &cfg.cluster_domain;
-        let mut searches = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
-        searches.extend(host.searches.iter().filter(|s| !searches.contains(s)).cloned().collect::<Vec<_>>());
-        api::DnsConfig { servers: cfg.cluster_dns.clone(), searches, options: vec!["ndots:5".into()] }
-    } else {
-        api::DnsConfig { servers: host.servers.clone(), searches: host.searches.clone(), options: host.options.clone() }
-    };
-    if let Some(extra) = spec.dns_config {
-        for s in extra.nameservers.unwrap_or_default() {
-            if !dns.servers.contains(&s) {
-                dns.servers.push(s);
-            }
-        }
-        for s in extra.searches.unwrap_or_default() {
-            if !dns.searches.contains(&s) {
-                dns.searches.push(s);
-            }
-        }
-        for o in extra.options.unwrap_or_default() {
-            let name = o.name.clone().unwrap_or_default();
-            dns.options.retain(|existing| existing.split(':').next() != Some(name.as_str()));
-            dns.options.push(match o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name,
-            });
-        }
-    }
-    dns.servers.truncate(3);
-    dns.searches.truncate(32);
-    dns
-}
-
 fn protocol(p: Option<&str>) -> i32 {
     match p {
         Some("UDP") => api::Protocol::Udp as i32,
@@ -225,8 +151,9 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     }
 }
 
-/// The sandbox configuration of a pod (RunPodSandbox).
-pub fn sandbox_config(pod: &Pod, cfg: &PodRuntimeConfig, attempt: u32, host_dns: &ResolvConf) -> api::PodSandboxConfig {
+/// The sandbox configuration of a pod (RunPodSandbox), with its DNS settings from
+/// [`crate::dns::Configurer::pod_dns`].
+pub fn sandbox_config(pod: &Pod, cfg: &PodRuntimeConfig, attempt: u32, dns: api::DnsConfig) -> api::PodSandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let qos = qos::pod_qos_class(pod);
@@ -258,7 +185,7 @@ pub fn sandbox_config(pod: &Pod, cfg: &PodRuntimeConfig, attempt: u32, host_dns:
         }),
         hostname: if host_network(pod) { String::new() } else { pod_hostname(pod) },
         log_directory: cfg.pod_log_dir(pod).to_string_lossy().into_owned(),
-        dns_config: Some(dns_config(pod, cfg, host_dns)),
+        dns_config: Some(dns),
         port_mappings,
         labels: pod_labels(pod),
         annotations: pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect(),
@@ -608,15 +535,10 @@ pub async fn runtime_pod_uids(cri: &dyn RuntimeService) -> Result<std::collectio
     Ok(uids)
 }
 
-/// Reads a resolv.conf file (empty config when unreadable).
-pub fn read_resolv_conf(path: &Path) -> ResolvConf {
-    parse_resolv_conf(&std::fs::read_to_string(path).unwrap_or_default())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerPort, PodDNSConfig, PodSpec, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::collections::BTreeMap;
@@ -651,49 +573,6 @@ mod tests {
     }
 
     #[test]
-    fn resolv_conf_is_parsed() {
-        let rc = parse_resolv_conf("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a.com b.com\noptions edns0\n");
-        assert_eq!(rc.servers, vec!["1.1.1.1", "8.8.8.8"]);
-        assert_eq!(rc.searches, vec!["a.com", "b.com"]);
-        assert_eq!(rc.options, vec!["edns0"]);
-    }
-
-    #[test]
-    fn cluster_first_uses_cluster_dns_and_namespace_search_paths() {
-        let p = pod(PodSpec::default());
-        let dns = dns_config(&p, &cfg(), &ResolvConf::default());
-        assert_eq!(dns.servers, vec!["10.43.0.10"]);
-        assert_eq!(dns.searches[0], "shop.svc.cluster.local");
-        assert_eq!(dns.options, vec!["ndots:5"]);
-    }
-
-    #[test]
-    fn host_network_and_default_policies_use_the_host_resolver() {
-        let host = ResolvConf { servers: vec!["1.1.1.1".into()], ..Default::default() };
-        let hn = pod(PodSpec { host_network: Some(true), ..Default::default() });
-        assert_eq!(dns_config(&hn, &cfg(), &host).servers, vec!["1.1.1.1"]);
-        let mut no_cluster = cfg();
-        no_cluster.cluster_dns.clear();
-        assert_eq!(dns_config(&pod(PodSpec::default()), &no_cluster, &host).servers, vec!["1.1.1.1"]);
-    }
-
-    #[test]
-    fn dns_policy_none_takes_only_the_pod_dns_config() {
-        let p = pod(PodSpec {
-            dns_policy: Some("None".into()),
-            dns_config: Some(PodDNSConfig {
-                nameservers: Some(vec!["9.9.9.9".into()]),
-                searches: Some(vec!["x.local".into()]),
-                options: None,
-            }),
-            ..Default::default()
-        });
-        let dns = dns_config(&p, &cfg(), &ResolvConf { servers: vec!["1.1.1.1".into()], ..Default::default() });
-        assert_eq!(dns.servers, vec!["9.9.9.9"]);
-        assert_eq!(dns.searches, vec!["x.local"]);
-    }
-
-    #[test]
     fn sandbox_config_carries_labels_ports_and_qos_cgroup_parent() {
         let p = pod(PodSpec {
             containers: vec![Container {
@@ -703,7 +582,7 @@ mod tests {
             }],
             ..Default::default()
         });
-        let sc = sandbox_config(&p, &cfg(), 2, &ResolvConf::default());
+        let sc = sandbox_config(&p, &cfg(), 2, api::DnsConfig::default());
         assert_eq!(sc.metadata.as_ref().map(|m| m.attempt), Some(2));
         assert_eq!(sc.hostname, "web");
         assert_eq!(sc.labels.get(LABEL_POD_UID).map(String::as_str), Some("uid-1"));

@@ -32,7 +32,18 @@ pub(super) async fn create_pod_sandbox(
         st.etc_hosts = None;
     }
     let attempt = rt.sandboxes.iter().map(|s| s.attempt + 1).max().unwrap_or(0);
-    let config = kuberuntime::sandbox_config(pod, &m.cfg, attempt, m.host_dns());
+    let dns = match m.pod_dns(pod) {
+        Ok(dns) => dns,
+        Err(e) => {
+            let message = format!("Failed to create pod sandbox: failed to generate sandbox config: {e}");
+            event(m, pod, EventType::Warning, "FailedCreatePodSandBox", message, None);
+            return Ok(false);
+        }
+    };
+    for (reason, message) in dns.warnings {
+        event(m, pod, EventType::Warning, reason, message, None);
+    }
+    let config = kuberuntime::sandbox_config(pod, &m.cfg, attempt, dns.config);
     let log_dir = m.cfg.pod_log_dir(pod);
     std::fs::create_dir_all(&log_dir).map_err(|e| crate::Error::io(format!("creating {}", log_dir.display()), e))?;
     let t = Instant::now();

@@ -171,6 +171,11 @@ pub struct Config {
     /// must be that cluster's ([`controlplane::bootstrapdata`]); on an empty one it becomes the
     /// new cluster's token. `None`: `<data_dir>/token`, created on first start.
     pub token: Option<String>,
+    /// The cluster DNS this server runs beside it (`skiff server`'s `--cluster-dns` and its DNS
+    /// server's port at the advertised address): the API server then keeps the
+    /// `kube-system/kube-dns` Service and its endpoints ([`controlplane::kubedns`]). `None`: no
+    /// `kube-dns` Service.
+    pub cluster_dns: Option<controlplane::kubedns::ClusterDns>,
 }
 
 impl Config {
@@ -193,6 +198,7 @@ impl Config {
             services: Default::default(),
             advertise_address: None,
             token: None,
+            cluster_dns: None,
         }
     }
 }
@@ -347,9 +353,13 @@ impl ApiServer {
         let me = controlplane::kubernetesservice::Endpoint {
             ip: controlplane::kubernetesservice::advertise_address(config.advertise_address, config.bind_address),
             port: local_addr.port(),
+            dns_port: config.cluster_dns.map(|dns| dns.port),
         };
+        let mut system_services =
+            vec![controlplane::kubernetesservice::kubernetes(&state.objects.services.ips.first().to_string(), me.port)];
+        system_services.extend(config.cluster_dns.map(controlplane::kubedns::service));
         let kubernetes_service =
-            tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, shutdown_rx.clone()));
+            tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, system_services, shutdown_rx.clone()));
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);

@@ -58,6 +58,18 @@ pub struct AgentArgs {
     /// waits for before it configures the CNI network.
     #[arg(long)]
     pub pod_cidr: Option<String>,
+    /// The cluster DNS address pods get as their nameserver (the kubelet's flag; the server's
+    /// `--cluster-dns`).
+    #[arg(long, default_value = skiff_apiserver::controlplane::kubedns::DEFAULT_CLUSTER_DNS)]
+    pub cluster_dns: IpAddr,
+    /// The cluster's DNS domain in pods' search paths (the kubelet's flag; the server's
+    /// `--cluster-domain`).
+    #[arg(long, default_value = skiff_apiserver::controlplane::kubedns::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// The resolv.conf dnsPolicy Default pods inherit (the kubelet's and k3s's flag; default:
+    /// /etc/resolv.conf, or systemd-resolved's upstream list when it names only a local stub).
+    #[arg(long)]
+    pub resolv_conf: Option<PathBuf>,
     /// Run N simulated nodes (no containers) instead of a real node.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: u32,
@@ -215,6 +227,11 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             cfg.node_ip = args.node_ip;
             cfg.pod_cidr = args.pod_cidr.clone();
             cfg.kube_proxy = !args.disable_kube_proxy;
+            cfg.cluster_dns = vec![args.cluster_dns.to_string()];
+            cfg.cluster_domain = args.cluster_domain.clone();
+            if let Some(path) = &args.resolv_conf {
+                cfg.resolv_conf = path.clone();
+            }
             // The API server's kubelet-client certificate is signed by the cluster CA.
             cfg.kubelet_client_ca_pem = Some(ca_pem);
             skiff_kubelet::run_agent(client, cfg).await.map_err(anyhow::Error::from)
@@ -261,6 +278,14 @@ mod tests {
         assert!(read_token(&args(&[])).is_err());
         let t = read_token(&args(&["--token", "secret"])).unwrap();
         assert_eq!(t.secret, "secret");
+    }
+
+    #[test]
+    fn the_agent_defaults_to_the_servers_cluster_dns_and_domain() {
+        let a = args(&[]);
+        assert_eq!((a.cluster_dns.to_string().as_str(), a.cluster_domain.as_str()), ("10.43.0.10", "cluster.local"));
+        let a = args(&["--cluster-dns", "10.96.0.10", "--cluster-domain", "example.internal"]);
+        assert_eq!((a.cluster_dns.to_string().as_str(), a.cluster_domain.as_str()), ("10.96.0.10", "example.internal"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The in-process components of `skiff server`, each a client of the API server with its own
 //! `kube::Client`: the controller manager, the scheduler, the node lifecycle controller, the
-//! local node agent (kubelet) and simulated nodes. Each could equally run as a separate process against any
+//! local node agent (kubelet), simulated nodes and the cluster DNS ([`ClusterDns`]). Each could equally run as a separate process against any
 //! Kubernetes-compatible API server.
 
 use futures::FutureExt;
@@ -105,6 +105,11 @@ async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
     cfg.kubelet_client_ca_pem = Some(ctx.ca_pem.clone());
     cfg.pod_cidr = Some(crate::server::local_node_pod_cidr(&ctx.args.cluster_cidr));
     cfg.kube_proxy = !ctx.args.disable_kube_proxy;
+    cfg.cluster_dns = vec![ctx.args.cluster_dns.to_string()];
+    cfg.cluster_domain = ctx.args.cluster_domain.clone();
+    if let Some(path) = &ctx.args.resolv_conf {
+        cfg.resolv_conf = path.clone();
+    }
     // On shutdown the agent future is dropped here, which stops the managed containerd while
     // the runtime still runs (pods keep running, as with the kubelet).
     let mut stop = ctx.shutdown.clone();
@@ -121,5 +126,118 @@ async fn simulated_nodes(ctx: ComponentContext) -> anyhow::Result<()> {
     tokio::select! {
         r = skiff_kubelet::run_simulated_nodes(ctx.client, cfg) => r.map_err(Into::into),
         _ = stop.wait_for(|s| *s) => Ok(()),
+    }
+}
+
+/// The cluster DNS server (`skiff-dns`) of `skiff server`: bound before the API server starts,
+/// since the `kube-system/kube-dns` endpoints the API server keeps name its port, and run
+/// once the API serves, on its own Service and EndpointSlice informers. Agents run none: their
+/// pods reach the server's through the `kube-dns` ClusterIP.
+pub struct ClusterDns {
+    server: skiff_dns::DnsServer,
+    index: std::sync::Arc<parking_lot::RwLock<skiff_dns::RecordIndex>>,
+    service_ip: std::net::IpAddr,
+}
+
+/// How many times a free port is tried for UDP and TCP together before giving up.
+const FREE_PORT_ATTEMPTS: usize = 8;
+
+impl ClusterDns {
+    /// Checks `--cluster-dns` and `--cluster-domain` and binds UDP and TCP on the address the
+    /// API server advertises, at `--cluster-dns-port`, or 53 when root and free, else a free
+    /// port. Upstream resolvers are the nameservers of `--resolv-conf` (default the host's
+    /// `/etc/resolv.conf`: a local stub resolver is reachable from the server).
+    ///
+    /// # Errors
+    /// `--cluster-dns` outside `--service-cluster-ip-range`, an invalid `--cluster-domain`, or
+    /// `--cluster-dns-port` not bindable.
+    pub async fn bind(args: &ServerArgs) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        use skiff_apiserver::registry::core::service::ranges::ServiceIpRange;
+        let range = ServiceIpRange::parse(&args.service_cluster_ip_range).map_err(anyhow::Error::msg)?;
+        let in_range = match args.cluster_dns {
+            std::net::IpAddr::V4(v4) => range.contains(v4),
+            std::net::IpAddr::V6(_) => false,
+        };
+        anyhow::ensure!(
+            in_range,
+            "--cluster-dns {} is not in --service-cluster-ip-range {}",
+            args.cluster_dns,
+            args.service_cluster_ip_range
+        );
+        let index = skiff_dns::RecordIndex::new(&args.cluster_domain)
+            .with_context(|| format!("--cluster-domain {:?} is not a domain name", args.cluster_domain))?;
+        let index = std::sync::Arc::new(parking_lot::RwLock::new(index));
+        let ip = skiff_apiserver::controlplane::kubernetesservice::advertise_address(
+            args.advertise_address,
+            args.bind_address,
+        );
+        let resolv_conf = args.resolv_conf.clone().unwrap_or_else(|| "/etc/resolv.conf".into());
+        let upstreams = skiff_dns::read_upstreams(&resolv_conf);
+        let bind = |port: u16| skiff_dns::DnsServer::bind((ip, port).into(), index.clone(), upstreams.clone());
+        let server = match args.cluster_dns_port {
+            Some(port) if port != 0 => {
+                bind(port).await.with_context(|| format!("binding the cluster DNS on {ip} port {port}"))?
+            }
+            _ => {
+                let standard = match args.cluster_dns_port {
+                    None if rustix::process::geteuid().is_root() => bind(53).await.ok(),
+                    _ => None,
+                };
+                match standard {
+                    Some(server) => server,
+                    None => {
+                        // A free TCP port may be taken for UDP: try a few.
+                        let mut attempt = 0;
+                        loop {
+                            attempt += 1;
+                            match bind(0).await {
+                                Ok(server) => break server,
+                                Err(e) if attempt >= FREE_PORT_ATTEMPTS => {
+                                    return Err(e).with_context(|| format!("binding the cluster DNS on {ip}"));
+                                }
+                                Err(_) => {}
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let addr = server.local_addr()?;
+        tracing::info!(%addr, service_ip = %args.cluster_dns, domain = %args.cluster_domain, "cluster DNS bound");
+        Ok(Self { server, index, service_ip: args.cluster_dns })
+    }
+
+    /// What the API server publishes as `kube-dns`: its ClusterIP and this server's port.
+    pub fn endpoint(&self) -> skiff_apiserver::controlplane::kubedns::ClusterDns {
+        let port = self.server.local_addr().map_or(53, |a| a.port());
+        skiff_apiserver::controlplane::kubedns::ClusterDns { service_ip: self.service_ip, port }
+    }
+
+    /// Fills the index from Service and EndpointSlice informers on `client`, then answers until
+    /// `shutdown` flips. Queries are answered only once both caches are synced (CoreDNS's
+    /// kubernetes plugin waits likewise): an empty index would say NXDOMAIN for names that
+    /// exist. Queries sent meanwhile wait in the sockets' buffers.
+    pub async fn run(self, client: kube::Client, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let (services, slices) = skiff_dns::feed::informers(&client, &self.index);
+        let watches: Vec<_> = [services.start(), slices.start()].into_iter().flatten().collect();
+        let synced = async {
+            services.wait_for_sync().await;
+            slices.wait_for_sync().await;
+        };
+        let stopped = tokio::select! {
+            _ = synced => false,
+            _ = shutdown.wait_for(|s| *s) => true,
+        };
+        if !stopped {
+            tracing::info!(services = self.index.read().service_count(), "cluster DNS serving");
+            tokio::select! {
+                _ = self.server.run() => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+            }
+        }
+        for watch in watches {
+            watch.abort();
+        }
     }
 }

@@ -86,6 +86,24 @@ pub struct ServerArgs {
     /// flag), `FIRST-LAST`.
     #[arg(long, default_value = skiff_apiserver::registry::core::service::ranges::DEFAULT_NODE_PORT_RANGE, value_parser = parse_node_port_range)]
     pub service_node_port_range: String,
+    /// The cluster DNS's address (k3s's flag): the `kube-system/kube-dns` Service's ClusterIP,
+    /// in the service range, which the local node writes as its pods' nameserver.
+    #[arg(long, default_value = skiff_apiserver::controlplane::kubedns::DEFAULT_CLUSTER_DNS)]
+    pub cluster_dns: IpAddr,
+    /// The cluster's DNS domain (k3s's flag): Services resolve as `svc.ns.svc.DOMAIN`.
+    #[arg(long, default_value = skiff_apiserver::controlplane::kubedns::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// The port the cluster DNS server answers on (UDP and TCP) at the advertised address,
+    /// behind the `kube-dns` Service. Default: 53 when running as root and 53 is free there,
+    /// else a free port.
+    #[arg(long)]
+    pub cluster_dns_port: Option<u16>,
+    /// The resolv.conf whose nameservers the cluster DNS forwards other names to and that the
+    /// local node's dnsPolicy Default pods inherit (the kubelet's and k3s's flag; default:
+    /// /etc/resolv.conf for the DNS server; for pods the same, or systemd-resolved's upstream
+    /// list when /etc/resolv.conf names only a local stub).
+    #[arg(long)]
+    pub resolv_conf: Option<PathBuf>,
     /// The address published in the `kubernetes` Service's endpoints (kube-apiserver's flag;
     /// default: the bind address, or this host's default-route address).
     #[arg(long)]
@@ -311,6 +329,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     );
     config.advertise_address = args.advertise_address;
     config.token = args.token.clone();
+    let cluster_dns = crate::components::ClusterDns::bind(&args).await?;
+    config.cluster_dns = Some(cluster_dns.endpoint());
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;
@@ -351,6 +371,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             }),
         ));
     }
+
+    tasks.push(("cluster-dns", tokio::spawn(cluster_dns.run(control_plane.clone(), stop_rx.clone()))));
 
     shutdown_signal().await;
     let stopping = std::time::Instant::now();

@@ -80,6 +80,12 @@ impl Server {
             } else {
                 vec!["--etcd-compaction-interval", "0"]
             })
+            // A free port for the cluster DNS, so that test servers never contend for port 53.
+            .args(if self.extra.iter().any(|a| a == "--cluster-dns-port") {
+                vec![]
+            } else {
+                vec!["--cluster-dns-port", "0"]
+            })
             .arg("--https-listen-port")
             .arg(self.port.to_string())
             .arg("--data-dir")

@@ -340,6 +340,11 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodDNSConfig, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+    /// A table column of resolv.conf lines' values.
+    type Lines = &'static [&'static str];
+    /// A pod's expected nameservers, searches and options.
+    type Want = (Lines, Lines, Lines);
+
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
@@ -369,7 +374,7 @@ mod tests {
     #[test]
     fn resolv_conf_is_parsed_as_the_kubelet_parses_it() {
         // (text, nameservers, searches, options, is an error): dns_test.go's TestParseResolvConf.
-        let cases: &[(&str, &[&str], &[&str], &[&str], bool)] = &[
+        let cases: &[(&str, Lines, Lines, Lines, bool)] = &[
             ("", &[], &[], &[], false),
             (" ", &[], &[], &[], false),
             ("\n", &[], &[], &[], false),
@@ -570,47 +575,40 @@ mod tests {
             searches: Some(strings(searches)),
             options: Some(vec![option("ndots", Some("3")), option("debug", None)]),
         };
-        let cluster_searches =
-            ["testNS.svc.kubernetes.io", "svc.kubernetes.io", "kubernetes.io", "host.domain", "my.domain"];
-        // (policy, hostNetwork, dnsConfig, nameservers, searches, options)
-        let cases: Vec<(&str, bool, Option<PodDNSConfig>, &[&str], &[&str], &[&str])> = vec![
-            ("None", false, None, &[], &[], &[]),
+        const CLUSTER_SEARCHES: Lines =
+            &["testNS.svc.kubernetes.io", "svc.kubernetes.io", "kubernetes.io", "host.domain", "my.domain"];
+        // (policy, hostNetwork, dnsConfig, (nameservers, searches, options))
+        let ndots3: Lines = &["ndots:3", "debug"];
+        let cases: Vec<(&str, bool, Option<PodDNSConfig>, Want)> = vec![
+            ("None", false, None, (&[], &[], &[])),
             (
                 "None",
                 false,
                 Some(custom(&["203.0.113.1"], &["my.domain", "second.domain"])),
-                &["203.0.113.1"],
-                &["my.domain", "second.domain"],
-                &["ndots:3", "debug"],
+                (&["203.0.113.1"], &["my.domain", "second.domain"], ndots3),
             ),
             (
                 "ClusterFirst",
                 false,
                 Some(custom(&["10.0.0.11"], &["my.domain"])),
-                &["10.0.0.10", "10.0.0.11"],
-                &cluster_searches,
-                &["ndots:3", "debug"],
+                (&["10.0.0.10", "10.0.0.11"], CLUSTER_SEARCHES, ndots3),
             ),
             (
                 "ClusterFirstWithHostNet",
                 true,
                 Some(custom(&["10.0.0.11"], &["my.domain"])),
-                &["10.0.0.10", "10.0.0.11"],
-                &cluster_searches,
-                &["ndots:3", "debug"],
+                (&["10.0.0.10", "10.0.0.11"], CLUSTER_SEARCHES, ndots3),
             ),
             (
                 "Default",
                 false,
                 Some(custom(&["10.0.0.11"], &["my.domain"])),
-                &["8.8.8.8", "10.0.0.11"],
-                &["host.domain", "my.domain"],
-                &["ndots:3", "debug"],
+                (&["8.8.8.8", "10.0.0.11"], &["host.domain", "my.domain"], ndots3),
             ),
-            ("ClusterFirst", false, None, &["10.0.0.10"], &cluster_searches[..4], &["ndots:5"]),
-            ("ClusterFirst", true, None, &["8.8.8.8"], &["host.domain"], &[]),
+            ("ClusterFirst", false, None, (&["10.0.0.10"], &CLUSTER_SEARCHES[..4], &["ndots:5"])),
+            ("ClusterFirst", true, None, (&["8.8.8.8"], &["host.domain"], &[])),
         ];
-        for (policy, host_network, dns_config, servers, searches, options) in cases {
+        for (policy, host_network, dns_config, (servers, searches, options)) in cases {
             let got = c.pod_dns(&pod("testNS", Some(policy), host_network, dns_config)).unwrap();
             assert_eq!(got.config.servers, strings(servers), "{policy}");
             assert_eq!(got.config.searches, strings(searches), "{policy}");

@@ -165,8 +165,8 @@ fn the_cluster_dns_answers_for_services_and_their_pods() {
     server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
     let cluster_ip = json(&server, &["get", "svc", "web"])["spec"]["clusterIP"].as_str().unwrap().to_string();
     let web = "web.default.svc.cluster.local.";
-    expect(&server, dns, web, a, ResponseCode::NoError, &[cluster_ip.clone()]);
-    expect(&server, dns, "WEB.Default.svc.cluster.local.", a, ResponseCode::NoError, &[cluster_ip.clone()]);
+    expect(&server, dns, web, a, ResponseCode::NoError, std::slice::from_ref(&cluster_ip));
+    expect(&server, dns, "WEB.Default.svc.cluster.local.", a, ResponseCode::NoError, std::slice::from_ref(&cluster_ip));
     expect(
         &server,
         dns,

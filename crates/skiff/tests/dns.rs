@@ -10,28 +10,10 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{Server, eventually, json};
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use serde_json::Value;
-
-/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
-fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn json(server: &Server, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    serde_json::from_str(&server.ok(&a)).unwrap()
-}
 
 /// One query to `addr`; `None` when no answer came within a second (UDP may be lost).
 fn query(addr: SocketAddr, name: &str, qtype: RecordType, tcp: bool) -> Option<Message> {

@@ -4,28 +4,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::Server;
-use serde_json::Value;
-
-/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
-fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn json(server: &Server, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    serde_json::from_str(&server.ok(&a)).unwrap()
-}
+use common::{Server, eventually, json};
 
 /// The endpoints of the Service's slices: (address, ready).
 fn slice_endpoints(server: &Server, svc: &str) -> Vec<(String, bool)> {

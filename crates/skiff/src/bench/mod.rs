@@ -4,6 +4,7 @@
 mod apiserver;
 mod authorization;
 mod deployment;
+mod dns;
 mod empty_handler;
 mod harness;
 mod podstartup;
@@ -42,6 +43,10 @@ pub enum BenchCommand {
     /// transaction being applied, p50/p99, with 10,000 Services and 50,000 endpoints programmed
     /// in a network namespace (target p99 ≤ 100 ms; needs root and `nft`).
     Proxy(proxy::ProxyArgs),
+    /// The cluster DNS (issue 16): queries/s and p99 with dnsperf against skiff's DNS server and,
+    /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
+    /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
+    Dns(dns::DnsArgs),
     /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
     /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
     #[command(hide = true)]
@@ -64,6 +69,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Podstartup(args) => podstartup::run(args).await,
         BenchCommand::Statefulset(args) => statefulset::run(args).await,
         BenchCommand::Authorization(args) => authorization::run(args).await,
+        BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
     }

@@ -26,7 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::RwLock;
 use skiff_dns::{DnsServer, RecordIndex};
 
-use super::harness::{Samples, cpu_us_per_op, free_port, load_average, ms, process_cpu_time};
+use super::harness::{Samples, cpu_us_per_op, free_port, load_average, ms, process_cpu_time, process_rss_bytes};
 
 /// Flags of `skiff bench dns`.
 #[derive(clap::Args, Debug)]
@@ -97,17 +97,6 @@ fn service(i: usize) -> (Service, EndpointSlice) {
 
 fn fqdn(i: usize) -> String {
     format!("svc-{i}.{NAMESPACE}.svc.cluster.local")
-}
-
-/// This process's resident set size (`VmRSS`), bytes.
-fn rss_bytes() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS in /proc/self/status")?;
-    Ok(kb * 1024)
 }
 
 /// One dnsperf run's figures.
@@ -223,14 +212,14 @@ pub async fn run(args: DnsArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
 
     // The index, and the memory it took (this process's RSS growth while it was filled).
-    let before = rss_bytes()?;
+    let before = process_rss_bytes("/proc/self/status")?;
     let mut index = RecordIndex::new("cluster.local")?;
     for i in 0..args.services {
         let (svc, slice) = service(i);
         index.upsert_service(&svc);
         index.upsert_slice(&slice);
     }
-    let after = rss_bytes()?;
+    let after = process_rss_bytes("/proc/self/status")?;
     let per_service = after.saturating_sub(before) as f64 / args.services as f64;
     let index = Arc::new(RwLock::new(index));
 

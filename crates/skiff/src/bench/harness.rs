@@ -115,13 +115,7 @@ impl ServerProcess {
 
     /// Resident set size (`VmRSS` of /proc/PID/status), bytes.
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .context("no VmRSS in /proc/PID/status")?;
-        Ok(kb * 1024)
+        process_rss_bytes(&format!("/proc/{}/status", self.pid()))
     }
 
     /// CPU time (user + system, all threads) the server has used so far.
@@ -147,6 +141,18 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Resident set size (`VmRSS`) in bytes from a process's `/proc/PID/status` (or
+/// `/proc/self/status`) file.
+pub fn process_rss_bytes(status_path: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(status_path).with_context(|| format!("reading {status_path}"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no VmRSS in {status_path}"))?;
+    Ok(kb * 1024)
 }
 
 /// Clock ticks per second of the `utime`/`stime` fields of /proc/PID/stat (`USER_HZ`, 100 on

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use common::{Server, eventually, json};
+use common::Server;
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use serde_json::Value;
@@ -103,7 +103,7 @@ fn the_cluster_dns_answers_for_services_and_their_pods() {
     let server = Server::start_with(&["--simulated-nodes", "2"]);
 
     // The kube-dns Service, on k3s's address, and its endpoints: this server's DNS server.
-    let kube_dns = eventually(&server, 30, "the kube-dns Service", || {
+    let kube_dns = server.eventually(30, "the kube-dns Service", || {
         let out = server.kubectl(&["get", "svc", "-n", "kube-system", "kube-dns", "-o", "json"]);
         out.status.success().then(|| serde_json::from_slice::<Value>(&out.stdout).unwrap())
     });
@@ -122,8 +122,8 @@ fn the_cluster_dns_answers_for_services_and_their_pods() {
         .collect();
     assert_eq!(ports, [("dns".to_string(), 53, "UDP".to_string()), ("dns-tcp".to_string(), 53, "TCP".to_string())]);
     assert_eq!(kube_dns["metadata"]["labels"]["k8s-app"], "kube-dns");
-    let dns: SocketAddr = eventually(&server, 30, "the kube-dns EndpointSlice", || {
-        let slice = json(&server, &["get", "endpointslice", "-n", "kube-system", "kube-dns"]);
+    let dns: SocketAddr = server.eventually(30, "the kube-dns EndpointSlice", || {
+        let slice = server.json(&["get", "endpointslice", "-n", "kube-system", "kube-dns"]);
         let ip: IpAddr = slice["endpoints"][0]["addresses"][0].as_str()?.parse().ok()?;
         let port = u16::try_from(slice["ports"][0]["port"].as_u64()?).ok()?;
         Some(SocketAddr::new(ip, port))
@@ -145,7 +145,7 @@ fn the_cluster_dns_answers_for_services_and_their_pods() {
     server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=2", "--port=8080"]);
     server.ok_stdin(&["apply", "-f", "-"], WEB);
     server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
-    let cluster_ip = json(&server, &["get", "svc", "web"])["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let cluster_ip = server.json(&["get", "svc", "web"])["spec"]["clusterIP"].as_str().unwrap().to_string();
     let web = "web.default.svc.cluster.local.";
     expect(&server, dns, web, a, ResponseCode::NoError, std::slice::from_ref(&cluster_ip));
     expect(&server, dns, "WEB.Default.svc.cluster.local.", a, ResponseCode::NoError, std::slice::from_ref(&cluster_ip));
@@ -157,8 +157,8 @@ fn the_cluster_dns_answers_for_services_and_their_pods() {
         ResponseCode::NoError,
         &strings(&["0 100 80 web.default.svc.cluster.local."]),
     );
-    let pods = eventually(&server, 60, "two pod IPs", || {
-        let list = json(&server, &["get", "pods", "-l", "app=web"]);
+    let pods = server.eventually(60, "two pod IPs", || {
+        let list = server.json(&["get", "pods", "-l", "app=web"]);
         let ips: Vec<String> =
             list["items"].as_array()?.iter().filter_map(|p| Some(p["status"]["podIP"].as_str()?.to_string())).collect();
         (ips.len() == 2).then_some(ips)

@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::{Server, eventually, json};
+use common::Server;
 
 /// The endpoints of the Service's slices: (address, ready).
 fn slice_endpoints(server: &Server, svc: &str) -> Vec<(String, bool)> {
-    let list = json(server, &["get", "endpointslices", "-l", &format!("kubernetes.io/service-name={svc}")]);
+    let list = server.json(&["get", "endpointslices", "-l", &format!("kubernetes.io/service-name={svc}")]);
     let mut out: Vec<(String, bool)> = list["items"]
         .as_array()
         .unwrap()
@@ -21,7 +21,7 @@ fn slice_endpoints(server: &Server, svc: &str) -> Vec<(String, bool)> {
 }
 
 fn pod_ips(server: &Server, selector: &str) -> Vec<(String, String)> {
-    let pods = json(server, &["get", "pods", "-l", selector]);
+    let pods = server.json(&["get", "pods", "-l", selector]);
     let mut out: Vec<(String, String)> = pods["items"]
         .as_array()
         .unwrap()
@@ -37,12 +37,12 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
     let server = Server::start_with(&["--simulated-nodes", "2"]);
 
     // The API server's own Service and its endpoints.
-    let ip = eventually(&server, 30, "the kubernetes Service", || {
+    let ip = server.eventually(30, "the kubernetes Service", || {
         let out = server.kubectl(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]);
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     });
     assert_eq!(ip, "10.43.0.1");
-    let kubernetes = eventually(&server, 30, "the kubernetes EndpointSlice", || {
+    let kubernetes = server.eventually(30, "the kubernetes EndpointSlice", || {
         let eps = slice_endpoints(&server, "kubernetes");
         (!eps.is_empty()).then_some(eps)
     });
@@ -54,7 +54,7 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
     server.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=3", "--port=8080"]);
     server.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
     server.ok(&["expose", "deployment", "web", "--port", "80", "--target-port", "8080"]);
-    let svc = json(&server, &["get", "svc", "web"]);
+    let svc = server.json(&["get", "svc", "web"]);
     let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap();
     assert!(cluster_ip.starts_with("10.43.") && cluster_ip != "10.43.0.1", "{svc}");
     assert_eq!(svc["spec"]["clusterIPs"], serde_json::json!([cluster_ip]));
@@ -65,16 +65,16 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
         v.sort();
         v
     };
-    eventually(&server, 30, "the web slices to list the 3 ready pods", || {
+    server.eventually(30, "the web slices to list the 3 ready pods", || {
         (slice_endpoints(&server, "web") == want).then_some(())
     });
-    let slice = &json(&server, &["get", "endpointslices", "-l", "kubernetes.io/service-name=web"])["items"][0];
+    let slice = &server.json(&["get", "endpointslices", "-l", "kubernetes.io/service-name=web"])["items"][0];
     assert_eq!(
         slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
         "endpointslice-controller.k8s.io"
     );
     assert_eq!(slice["ports"][0]["port"], 8080);
-    eventually(&server, 30, "the web Endpoints", || {
+    server.eventually(30, "the web Endpoints", || {
         let out = server.ok(&["get", "endpoints", "web", "-o", "jsonpath={.subsets[*].addresses[*].ip}"]);
         (out.split_whitespace().count() == 3).then_some(())
     });
@@ -90,11 +90,11 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
         "-p",
         r#"{"status":{"conditions":[{"type":"Ready","status":"False"}]}}"#,
     ]);
-    eventually(&server, 30, "the unready pod to leave the ready endpoints", || {
+    server.eventually(30, "the unready pod to leave the ready endpoints", || {
         let eps = slice_endpoints(&server, "web");
         eps.iter().any(|(ip, ready)| *ip == unready_ip && !ready).then_some(())
     });
-    eventually(&server, 30, "the unready pod in notReadyAddresses", || {
+    server.eventually(30, "the unready pod in notReadyAddresses", || {
         let out = server.ok(&["get", "endpoints", "web", "-o", "jsonpath={.subsets[*].notReadyAddresses[*].ip}"]);
         (out.trim() == unready_ip).then_some(())
     });
@@ -102,19 +102,19 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
     // Headless: no ClusterIP, endpoints still.
     server.ok(&["create", "deployment", "db", "--image=postgres", "--replicas=2"]);
     server.ok(&["create", "service", "clusterip", "db", "--clusterip=None", "--tcp=5432"]);
-    let db = json(&server, &["get", "svc", "db"]);
+    let db = server.json(&["get", "svc", "db"]);
     assert_eq!(db["spec"]["clusterIP"], "None");
-    eventually(&server, 60, "the headless Service's endpoints", || {
+    server.eventually(60, "the headless Service's endpoints", || {
         let eps = slice_endpoints(&server, "db");
         (eps.len() == 2 && eps.iter().all(|(_, r)| *r)).then_some(())
     });
-    let labels = &json(&server, &["get", "endpointslices", "-l", "kubernetes.io/service-name=db"])["items"][0]["metadata"]
+    let labels = &server.json(&["get", "endpointslices", "-l", "kubernetes.io/service-name=db"])["items"][0]["metadata"]
         ["labels"];
     assert_eq!(labels["service.kubernetes.io/headless"], "");
 
     // NodePort: a port from the range.
     server.ok(&["create", "service", "nodeport", "np", "--tcp=80:8080"]);
-    let np = json(&server, &["get", "svc", "np"])["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    let np = server.json(&["get", "svc", "np"])["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
     assert!((30000..=32767).contains(&np), "{np}");
 
     // Bad allocations are 422 with the field, and allocate nothing.
@@ -144,13 +144,13 @@ fn services_get_cluster_ips_and_endpoint_slices_that_follow_pod_readiness() {
     let mut want: Vec<&str> = nodes.split_whitespace().collect();
     want.sort();
     assert_eq!(want.len(), 2, "{nodes}");
-    eventually(&server, 30, "the LoadBalancer ingress", || {
+    server.eventually(30, "the LoadBalancer ingress", || {
         let got = server.ok(&["get", "svc", "lb", "-o", "jsonpath={.status.loadBalancer.ingress[*].ip}"]);
         let mut got: Vec<String> = got.split_whitespace().map(str::to_string).collect();
         got.sort();
         (got == want).then_some(())
     });
-    assert!(json(&server, &["get", "svc", "lb"])["spec"]["ports"][0]["nodePort"].as_i64().is_some());
+    assert!(server.json(&["get", "svc", "lb"])["spec"]["ports"][0]["nodePort"].as_i64().is_some());
 }
 
 #[test]
@@ -166,7 +166,7 @@ fn allocations_survive_a_restart() {
     assert!(err.contains("provided port is already allocated"), "{err}");
     // An update that leaves clusterIP and nodePort out keeps them.
     server.ok(&["patch", "svc", "web", "--type=merge", "-p", r#"{"metadata":{"labels":{"x":"y"}}}"#]);
-    let svc = json(&server, &["get", "svc", "web"]);
+    let svc = server.json(&["get", "svc", "web"]);
     assert_eq!(svc["spec"]["clusterIP"], ip.as_str());
     assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30080);
     server.ok(&["delete", "svc", "web"]);

@@ -226,25 +226,6 @@ impl Drop for Server {
     }
 }
 
-/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
-pub fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Runs kubectl with `-o json`, asserting success; returns the parsed output.
-pub fn json(server: &Server, args: &[&str]) -> serde_json::Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    serde_json::from_str(&server.ok(&a)).unwrap()
-}
-
 /// A real single-member etcd on free loopback ports in a temp dir, killed on drop. Panics when
 /// `etcd` is not installed (`scripts/install-deps` installs Debian's etcd-server).
 pub struct Etcd {

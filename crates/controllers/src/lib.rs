@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`statefulset`] (on [`history`]), [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`statefulset`] (on [`history`]), [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -24,6 +24,7 @@ pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod cronjob;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoint;
 pub mod endpointslice;
 pub mod endpointslicemirroring;
@@ -34,7 +35,9 @@ pub mod manager;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
+pub mod replication;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;

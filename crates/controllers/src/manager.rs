@@ -12,13 +12,16 @@ use tokio::task::JoinSet;
 use crate::clusterroleaggregation::ClusterRoleAggregationController;
 use crate::cronjob::CronJobController;
 use crate::deployment::{DeploymentController, MAX_RETRIES};
+use crate::disruption::DisruptionController;
 use crate::endpoint::EndpointsController;
 use crate::endpointslice::EndpointSliceController;
 use crate::endpointslicemirroring::EndpointSliceMirroringController;
 use crate::garbagecollector::GarbageCollector;
 use crate::job::JobController;
 use crate::namespace::NamespaceController;
+use crate::podgc::PodGcController;
 use crate::replicaset::ReplicaSetController;
+use crate::replication::ReplicationManager;
 use crate::resourcequota::ResourceQuotaController;
 use crate::rootcacertpublisher::Publisher;
 use crate::serviceaccount::ServiceAccountsController;
@@ -65,6 +68,9 @@ pub struct ControllerManagerConfig {
     pub concurrent_service_endpoint_syncs: usize,
     /// `--mirroring-concurrent-service-endpoint-syncs` (5).
     pub mirroring_concurrent_service_endpoint_syncs: usize,
+    /// `--terminated-pod-gc-threshold` (12500): terminated pods kept before the oldest are
+    /// deleted; 0 or less keeps them all.
+    pub terminated_pod_gc_threshold: i32,
     /// Informer resync period (every cached object re-delivered as an update).
     pub resync_period: Duration,
     /// How often the garbage collector re-runs discovery to monitor new resources (30 s).
@@ -78,7 +84,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `statefulset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `podgc`, `statefulset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -100,6 +106,7 @@ impl Default for ControllerManagerConfig {
             root_ca_pem: None,
             concurrent_service_endpoint_syncs: 5,
             mirroring_concurrent_service_endpoint_syncs: 5,
+            terminated_pod_gc_threshold: crate::podgc::DEFAULT_TERMINATED_POD_GC_THRESHOLD,
             resync_period: Duration::from_secs(5 * 60),
             gc_discovery_period: Duration::from_secs(30),
             namespace_deletion_grace: Duration::from_secs(5),
@@ -220,7 +227,7 @@ async fn run_controllers(
     }
     if config.enabled("replicaset") {
         let q = queue("replicaset");
-        let c = ReplicaSetController::new(
+        let c = ReplicaSetController::<k8s_openapi::api::apps::v1::ReplicaSet>::new(
             api.clone(),
             &factory,
             q.clone(),
@@ -237,6 +244,32 @@ async fn run_controllers(
             broadcaster.new_recorder(EventSource::component("statefulset-controller")),
         );
         pending.push(("statefulset", q, c, config.concurrent_statefulset_syncs, None));
+    }
+    if config.enabled("replicationcontroller") {
+        let q = queue("replicationcontroller");
+        let c = ReplicationManager::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("replication-controller")),
+        );
+        // `--concurrent-rc-syncs` (5).
+        pending.push(("replicationcontroller", q, c, 5, None));
+    }
+    if config.enabled("disruption") {
+        let q = queue("disruption");
+        let c = DisruptionController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("controllermanager")),
+        );
+        // kube-controller-manager runs it with one worker.
+        pending.push(("disruption", q, c, 1, None));
+    }
+    let mut podgc = None;
+    if config.enabled("podgc") {
+        podgc = Some(PodGcController::new(api.clone(), &factory, config.terminated_pod_gc_threshold));
     }
     if config.enabled("job") {
         let q = queue("job");
@@ -323,6 +356,9 @@ async fn run_controllers(
         guards.push(ShutDownOnDrop(q.clone()));
         let worker_config = WorkerConfig { name: name.to_string(), workers, max_retries };
         tasks.spawn(run_workers(q, c, worker_config, metrics.for_controller(name)));
+    }
+    if let Some(gc) = podgc {
+        tasks.spawn(gc.run(crate::podgc::GC_CHECK_PERIOD));
     }
     if let Some(c) = quota_resync {
         tasks.spawn(c.run_resync(config.resource_quota_sync_period));

@@ -14,6 +14,11 @@
 //!    look again after `minReadySeconds`.
 //!
 //! Event handlers only enqueue keys and record observations for the expectations.
+//!
+//! The controller is parametrized by the kind it runs ([`ReplicaSetKind`]): ReplicaSets, and
+//! ReplicationControllers, which it sees converted to ReplicaSets as Kubernetes' replication
+//! manager does (`pkg/controller/replication/conversion.go`, here [`crate::replication`]).
+//! Owner references, events, adoption checks and status writes use the real kind.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,7 +26,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use skiff_apimachinery::LabelSelector;
 
@@ -34,8 +40,8 @@ use crate::util::{
     selector_of, system_clock, time, uid_of,
 };
 use skiff_runtime::api::{
-    ApiClient, ApiClientExt, ApiError, DeleteOptions, NAMESPACE_TERMINATING_CAUSE, has_status_cause, is_not_found,
-    resource_of,
+    ApiClient, ApiClientExt, ApiError, ApiObject, DeleteOptions, NAMESPACE_TERMINATING_CAUSE, has_status_cause,
+    is_not_found, resource_of,
 };
 use skiff_runtime::controller::{Action, ReconcileError, ReconcileResult, Reconciler};
 use skiff_runtime::events::{EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder, reasons};
@@ -49,10 +55,52 @@ pub const BURST_REPLICAS: usize = 500;
 /// The ReplicaSet condition reporting create/delete failures.
 pub const REPLICA_FAILURE: &str = "ReplicaFailure";
 
-/// The ReplicaSet controller.
-pub struct ReplicaSetController {
+/// A kind the ReplicaSet logic runs for: `ReplicaSet` itself, or a kind converted to and from
+/// it (`ReplicationController`).
+pub trait ReplicaSetKind: ApiObject + std::fmt::Debug {
+    /// The object as a ReplicaSet (metadata, selector, replicas, minReadySeconds, template and
+    /// status); a ReplicaSet is shared as is.
+    fn to_replica_set(this: &Arc<Self>) -> Arc<ReplicaSet>;
+
+    /// The object with `status` (a ReplicaSet's) in place of its own.
+    fn with_status(&self, status: ReplicaSetStatus) -> Self;
+}
+
+impl ReplicaSetKind for ReplicaSet {
+    fn to_replica_set(this: &Arc<Self>) -> Arc<ReplicaSet> {
+        this.clone()
+    }
+
+    fn with_status(&self, status: ReplicaSetStatus) -> Self {
+        let mut rs = self.clone();
+        rs.status = Some(status);
+        rs
+    }
+}
+
+/// `metav1.NewControllerRef` to `rs` as an object of kind `W`.
+fn controller_ref_as<W: ReplicaSetKind>(rs: &ReplicaSet) -> OwnerReference {
+    OwnerReference {
+        api_version: W::api_version(&()).to_string(),
+        kind: W::kind(&()).to_string(),
+        ..new_controller_ref(rs)
+    }
+}
+
+/// A reference to `rs` as an object of kind `W`, for events.
+fn reference_as<W: ReplicaSetKind>(rs: &ReplicaSet) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(W::api_version(&()).to_string()),
+        kind: Some(W::kind(&()).to_string()),
+        ..skiff_runtime::util::object_reference(rs)
+    }
+}
+
+/// The ReplicaSet controller, for ReplicaSets (`W` = [`ReplicaSet`]) or another
+/// [`ReplicaSetKind`].
+pub struct ReplicaSetController<W: ReplicaSetKind = ReplicaSet> {
     api: Arc<dyn ApiClient>,
-    replicasets: Arc<Informer<ReplicaSet>>,
+    replicasets: Arc<Informer<W>>,
     pods: Arc<Informer<Pod>>,
     queue: Arc<WorkQueue<String>>,
     expectations: Arc<Expectations>,
@@ -61,13 +109,13 @@ pub struct ReplicaSetController {
     burst_replicas: usize,
 }
 
-struct Handlers {
-    replicasets: Arc<Informer<ReplicaSet>>,
+struct Handlers<W> {
+    replicasets: Arc<Informer<W>>,
     queue: Arc<WorkQueue<String>>,
     expectations: Arc<Expectations>,
 }
 
-impl Handlers {
+impl<W: ReplicaSetKind> Handlers<W> {
     /// `resolveControllerRef`: the ReplicaSet a controller reference points to, if it exists
     /// with that uid.
     fn resolve(
@@ -76,10 +124,10 @@ impl Handlers {
         meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     ) -> Option<Arc<ReplicaSet>> {
         let cref = controller_of(meta)?;
-        if cref.kind != "ReplicaSet" {
+        if cref.kind != W::kind(&()) {
             return None;
         }
-        let rs = self.replicasets.store().get_namespaced(namespace, &cref.name)?;
+        let rs = W::to_replica_set(&self.replicasets.store().get_namespaced(namespace, &cref.name)?);
         (uid_of(&rs.metadata) == cref.uid).then_some(rs)
     }
 
@@ -93,7 +141,8 @@ impl Handlers {
         self.replicasets
             .store()
             .list_namespace(ns)
-            .into_iter()
+            .iter()
+            .map(W::to_replica_set)
             .filter(|rs| {
                 rs.spec
                     .as_ref()
@@ -116,7 +165,7 @@ impl Handlers {
     }
 }
 
-impl ResourceEventHandler<Pod> for Handlers {
+impl<W: ReplicaSetKind> ResourceEventHandler<Pod> for Handlers<W> {
     fn on_add(&self, pod: &Arc<Pod>) {
         if pod.metadata.deletion_timestamp.is_some() {
             // A pod that shows up already being deleted (after a restart) is not a creation.
@@ -185,21 +234,21 @@ impl ResourceEventHandler<Pod> for Handlers {
     }
 }
 
-impl ResourceEventHandler<ReplicaSet> for Handlers {
-    fn on_add(&self, rs: &Arc<ReplicaSet>) {
-        self.enqueue(rs);
+impl<W: ReplicaSetKind> ResourceEventHandler<W> for Handlers<W> {
+    fn on_add(&self, rs: &Arc<W>) {
+        self.queue.add(key_of(rs.as_ref()));
     }
 
-    fn on_update(&self, old: &Arc<ReplicaSet>, cur: &Arc<ReplicaSet>) {
-        if old.metadata.uid != cur.metadata.uid {
+    fn on_update(&self, old: &Arc<W>, cur: &Arc<W>) {
+        if old.meta().uid != cur.meta().uid {
             self.expectations.delete_expectations(&key_of(old.as_ref()));
         }
         // Sync on every update (including status-only ones and resyncs): a ReplicaSet whose
         // last creates failed is retried by the resync instead of stalling.
-        self.enqueue(cur);
+        self.queue.add(key_of(cur.as_ref()));
     }
 
-    fn on_delete(&self, rs: &Arc<ReplicaSet>) {
+    fn on_delete(&self, rs: &Arc<W>) {
         let key = key_of(rs.as_ref());
         self.expectations.delete_expectations(&key);
         self.queue.add(key);
@@ -214,8 +263,8 @@ fn min_ready_seconds_of(rs: &ReplicaSet) -> i32 {
     rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0)
 }
 
-impl ReplicaSetController {
-    /// Creates the controller on the factory's ReplicaSet and Pod informers and registers its
+impl<W: ReplicaSetKind> ReplicaSetController<W> {
+    /// Creates the controller on the factory's informers of `W` and Pods and registers its
     /// event handlers.
     pub fn new(
         api: Arc<dyn ApiClient>,
@@ -223,7 +272,7 @@ impl ReplicaSetController {
         queue: Arc<WorkQueue<String>>,
         recorder: EventRecorder,
     ) -> Arc<Self> {
-        let replicasets = factory.informer::<ReplicaSet>();
+        let replicasets = factory.informer::<W>();
         let pods = factory.informer::<Pod>();
         let expectations = Arc::new(Expectations::new());
         let handlers = Arc::new(Handlers {
@@ -271,7 +320,7 @@ impl ReplicaSetController {
         };
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
-        for related in self.replicasets.store().by_index(OWNER_UID_INDEX, &cref.uid) {
+        for related in self.replicasets.store().by_index(OWNER_UID_INDEX, &cref.uid).iter().map(W::to_replica_set) {
             if controller_of(&related.metadata).is_none_or(|r| r.uid != cref.uid) {
                 continue;
             }
@@ -293,7 +342,7 @@ impl ReplicaSetController {
         pods: Vec<Arc<Pod>>,
     ) -> Result<Vec<Arc<Pod>>, ApiError> {
         let claimant = Claimant {
-            controller_ref: new_controller_ref(rs),
+            controller_ref: controller_ref_as::<W>(rs),
             namespace: rs.metadata.namespace.clone(),
             being_deleted: rs.metadata.deletion_timestamp.is_some(),
         };
@@ -301,19 +350,21 @@ impl ReplicaSetController {
         let (ns, name, uid) =
             (rs.metadata.namespace.clone(), name_of(&rs.metadata).to_string(), uid_of(&rs.metadata).to_string());
         let can_adopt = || async move {
-            let fresh: ReplicaSet = api.get_typed(ns.as_deref(), &name).await?;
-            if uid_of(&fresh.metadata) != uid {
+            let fresh: W = api.get_typed(ns.as_deref(), &name).await?;
+            let fresh = fresh.meta();
+            if uid_of(fresh) != uid {
                 return Err(ApiError::new(
                     409,
                     "Conflict",
                     format!(
-                        "original ReplicaSet {}/{name} is gone: got uid {}, wanted {uid}",
+                        "original {} {}/{name} is gone: got uid {}, wanted {uid}",
+                        W::kind(&()),
                         ns.as_deref().unwrap_or_default(),
-                        uid_of(&fresh.metadata)
+                        uid_of(fresh)
                     ),
                 ));
             }
-            if fresh.metadata.deletion_timestamp.is_some() {
+            if fresh.deletion_timestamp.is_some() {
                 return Err(ApiError::new(
                     409,
                     "Conflict",
@@ -338,14 +389,14 @@ impl ReplicaSetController {
         let spec = rs.spec.as_ref().ok_or_else(|| ApiError::bad_request("replica set has no spec"))?;
         let template = spec.template.clone().unwrap_or_default();
         let ns = rs.metadata.namespace.as_deref().unwrap_or_default();
-        let pod = pod_from_template(&template, ns, name_of(&rs.metadata), new_controller_ref(rs));
+        let pod = pod_from_template(&template, ns, name_of(&rs.metadata), controller_ref_as::<W>(rs));
         if pod.metadata.labels.as_ref().is_none_or(BTreeMap::is_empty) {
             return Err(ApiError::bad_request("unable to create pods, no labels"));
         }
         match self.api.create_typed(&pod).await {
             Ok(created) => {
-                self.recorder.event_for(
-                    rs,
+                self.recorder.event(
+                    &reference_as::<W>(rs),
                     EVENT_TYPE_NORMAL,
                     reasons::SUCCESSFUL_CREATE,
                     &format!("Created pod: {}", name_of(&created.metadata)),
@@ -357,8 +408,8 @@ impl ReplicaSetController {
                     // Every create fails in a terminating namespace; nothing to report.
                     return Ok(());
                 }
-                self.recorder.event_for(
-                    rs,
+                self.recorder.event(
+                    &reference_as::<W>(rs),
                     EVENT_TYPE_WARNING,
                     reasons::FAILED_CREATE,
                     &format!("Error creating: {}", e.message),
@@ -372,8 +423,8 @@ impl ReplicaSetController {
         let name = name_of(&pod.metadata);
         match self.api.delete_typed::<Pod>(pod.metadata.namespace.as_deref(), name, &DeleteOptions::default()).await {
             Ok(()) => {
-                self.recorder.event_for(
-                    rs,
+                self.recorder.event(
+                    &reference_as::<W>(rs),
                     EVENT_TYPE_NORMAL,
                     reasons::SUCCESSFUL_DELETE,
                     &format!("Deleted pod: {name}"),
@@ -382,8 +433,8 @@ impl ReplicaSetController {
             }
             Err(e) if is_not_found(&e) => Err(e),
             Err(e) => {
-                self.recorder.event_for(
-                    rs,
+                self.recorder.event(
+                    &reference_as::<W>(rs),
                     EVENT_TYPE_WARNING,
                     reasons::FAILED_DELETE,
                     &format!("Error deleting: {}", e.message),
@@ -439,10 +490,11 @@ impl ReplicaSetController {
     /// `syncReplicaSet` for one key.
     pub async fn sync_replica_set(&self, key: &str) -> ReconcileResult {
         let (ns, _) = split_key(key);
-        let Some(rs) = self.replicasets.store().get(key) else {
+        let Some(stored) = self.replicasets.store().get(key) else {
             self.expectations.delete_expectations(key);
             return Ok(Action::AwaitChange);
         };
+        let rs = W::to_replica_set(&stored);
         let rs_needs_sync = self.expectations.satisfied(key);
         let Some(spec) = rs.spec.as_ref() else {
             return Ok(Action::AwaitChange);
@@ -480,7 +532,7 @@ impl ReplicaSetController {
         };
 
         let new_status = calculate_status(&rs, &filtered, manage_err.as_ref(), (self.clock)());
-        let updated = update_replica_set_status(self.api.as_ref(), &rs, new_status).await?;
+        let updated = update_replica_set_status(self.api.as_ref(), &stored, new_status).await?;
 
         if let Some(e) = manage_err {
             return Err(ReconcileError::Api(e));
@@ -499,7 +551,7 @@ impl ReplicaSetController {
 }
 
 #[async_trait]
-impl Reconciler for ReplicaSetController {
+impl<W: ReplicaSetKind> Reconciler for ReplicaSetController<W> {
     async fn reconcile(&self, key: &str) -> ReconcileResult {
         self.sync_replica_set(key).await
     }
@@ -567,16 +619,18 @@ pub fn calculate_status(
     status
 }
 
-/// `updateReplicaSetStatus`: writes the status unless nothing changed (and the generation was
-/// already observed); on failure re-reads the ReplicaSet and tries once more.
+/// `updateReplicaSetStatus`: writes the status of `obj` (a ReplicaSet or another
+/// [`ReplicaSetKind`]) unless nothing changed (and the generation was already observed); on
+/// failure re-reads the object and tries once more. Returns the object as a ReplicaSet.
 ///
 /// # Errors
 /// The second failure (or the re-read's).
-pub async fn update_replica_set_status(
+pub async fn update_replica_set_status<W: ReplicaSetKind>(
     api: &dyn ApiClient,
-    rs: &ReplicaSet,
+    obj: &Arc<W>,
     mut new_status: ReplicaSetStatus,
-) -> Result<ReplicaSet, ApiError> {
+) -> Result<Arc<ReplicaSet>, ApiError> {
+    let rs = W::to_replica_set(obj);
     let old = rs.status.clone().unwrap_or_default();
     let generation = rs.metadata.generation.unwrap_or(0);
     let n = |v: Option<i32>| v.unwrap_or(0);
@@ -590,16 +644,17 @@ pub async fn update_replica_set_status(
         return Ok(rs.clone());
     }
     new_status.observed_generation = Some(generation);
-    let mut current = rs.clone();
+    let mut current: W = obj.as_ref().clone();
     let mut attempt = 0;
     loop {
-        current.status = Some(new_status.clone());
+        current = current.with_status(new_status.clone());
         match api.update_status_typed(&current).await {
-            Ok(updated) => return Ok(updated),
+            Ok(updated) => return Ok(W::to_replica_set(&Arc::new(updated))),
             Err(e) if attempt >= 1 => return Err(e),
             Err(_) => {
                 attempt += 1;
-                current = api.get_typed(current.metadata.namespace.as_deref(), name_of(&current.metadata)).await?;
+                let (ns, name) = (current.meta().namespace.clone(), current.meta().name.clone().unwrap_or_default());
+                current = api.get_typed(ns.as_deref(), &name).await?;
             }
         }
     }

@@ -65,6 +65,9 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     /// `preconditions.resourceVersion`: delete only if unchanged since this version.
     pub precondition_resource_version: Option<String>,
+    /// `gracePeriodSeconds`: `Some(0)` deletes a pod at once, without waiting for its kubelet
+    /// (pod GC's force deletion); `None` keeps the pod's own grace period.
+    pub grace_period_seconds: Option<u32>,
 }
 
 impl DeleteOptions {
@@ -101,6 +104,16 @@ impl DiscoveredResource {
 pub trait ApiClient: Send + Sync {
     /// `GET`: the object, or 404 `NotFound`.
     async fn get(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value, ApiError>;
+
+    /// `GET` of a subresource (`scale`): 404 `NotFound` when the object is missing or the
+    /// resource does not serve that subresource.
+    async fn get_subresource(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+    ) -> Result<Value, ApiError>;
 
     /// `GET` of the collection, optionally filtered by a label selector (string form).
     async fn list(
@@ -348,7 +361,12 @@ fn delete_params(options: &DeleteOptions) -> DeleteParams {
                 resource_version: options.precondition_resource_version.clone(),
             }
         });
-    DeleteParams { propagation_policy, preconditions, ..Default::default() }
+    DeleteParams {
+        propagation_policy,
+        preconditions,
+        grace_period_seconds: options.grace_period_seconds,
+        ..Default::default()
+    }
 }
 
 fn encode(v: &Value) -> Result<Vec<u8>, ApiError> {
@@ -359,6 +377,16 @@ fn encode(v: &Value) -> Result<Vec<u8>, ApiError> {
 impl ApiClient for KubeApi {
     async fn get(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
         send!(self, Self::request(resource, namespace).get(name, &Default::default()))
+    }
+
+    async fn get_subresource(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+    ) -> Result<Value, ApiError> {
+        send!(self, Self::request(resource, namespace).get_subresource(subresource, name))
     }
 
     async fn list(

@@ -256,6 +256,31 @@ impl ApiClient for FakeApi {
         stored(&st, resource, namespace, name).map(|(_, obj)| obj)
     }
 
+    /// Serves `scale` (an `autoscaling/v1` Scale of any object with `spec.replicas`); every
+    /// other subresource is 404.
+    async fn get_subresource(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: &str,
+    ) -> Result<Value, ApiError> {
+        let mut act = action("get", resource, namespace, name);
+        act.subresource = Some(subresource.to_string());
+        let st = self.begin(act)?;
+        let (_, obj) = stored(&st, resource, namespace, name)?;
+        match obj.pointer("/spec/replicas") {
+            Some(replicas) if subresource == "scale" => Ok(json!({
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {"name": name, "namespace": namespace, "uid": obj.pointer("/metadata/uid")},
+                "spec": {"replicas": replicas},
+                "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0))},
+            })),
+            _ => Err(ApiError::not_found(&resource.group, &format!("{}/{subresource}", resource.plural), name)),
+        }
+    }
+
     async fn list(
         &self,
         resource: &ApiResource,

@@ -32,7 +32,7 @@ pub fn all(args: &ServerArgs) -> Vec<(&'static str, Component)> {
     list
 }
 
-/// kube-controller-manager's role: Deployment, ReplicaSet, garbage collector, namespace,
+/// kube-controller-manager's role: Deployment, ReplicaSet, disruption, pod GC, garbage collector, namespace,
 /// ServiceAccount, resource quota, root CA certificate publisher (`kube-root-ca.crt` holds the
 /// server's CA), ClusterRole aggregation and event TTL controllers (leader-elected).
 ///
@@ -46,8 +46,11 @@ async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
         let _ = stop.wait_for(|s| *s).await;
     };
     // Registration happens here, synchronously; the lock is released before the manager runs.
-    let config =
-        skiff_controllers::ControllerManagerConfig { root_ca_pem: Some(ctx.ca_pem.clone()), ..Default::default() };
+    let config = skiff_controllers::ControllerManagerConfig {
+        root_ca_pem: Some(ctx.ca_pem.clone()),
+        terminated_pod_gc_threshold: ctx.args.terminated_pod_gc_threshold,
+        ..Default::default()
+    };
     let manager =
         skiff_controllers::run_controller_manager_until(ctx.client, config, &mut ctx.metrics.lock(), shutdown);
     manager.await

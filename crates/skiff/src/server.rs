@@ -74,6 +74,10 @@ pub struct ServerArgs {
     /// nodes' 10 s lease renew interval.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
     pub node_monitor_grace_period: Duration,
+    /// Terminated pods (Succeeded or Failed) kept before pod GC deletes the oldest
+    /// (kube-controller-manager's flag); 0 or less keeps them all.
+    #[arg(long, default_value_t = skiff_controllers::podgc::DEFAULT_TERMINATED_POD_GC_THRESHOLD, allow_negative_numbers = true)]
+    pub terminated_pod_gc_threshold: i32,
     /// Pod network of the cluster (k3s's flag). The local node's pod CIDR is the first /24 of
     /// it (or the range itself when it is /24 or smaller).
     #[arg(long, default_value = "10.42.0.0/16", value_parser = parse_ipv4_cidr)]

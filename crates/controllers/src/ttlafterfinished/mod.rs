@@ -109,6 +109,7 @@ impl TtlAfterFinishedController {
             propagation_policy: Some(PropagationPolicy::Foreground),
             precondition_uid: fresh.metadata.uid.clone(),
             precondition_resource_version: fresh.metadata.resource_version.clone(),
+            ..Default::default()
         };
         tracing::info!(job = key, "cleaning up a finished Job past its TTL");
         match self.api.delete_typed::<Job>(ns, name_of(&fresh.metadata), &options).await {

@@ -1114,19 +1114,19 @@ mod early_rejections {
     use skiff_apiserver::ApiServer;
     use skiff_apiserver::testing::TestApiServer;
 
-    type Body = BoxBody<Bytes, Infallible>;
-    type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
+    pub(super) type Body = BoxBody<Bytes, Infallible>;
+    pub(super) type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Body>;
 
     const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 
     #[derive(Clone, Copy, Debug)]
-    enum Protocol {
+    pub(super) enum Protocol {
         Http1,
         Http2,
     }
 
     /// A raw hyper client of `protocol` that presents the admin client certificate.
-    async fn client(server: &ApiServer, protocol: Protocol) -> HttpsClient {
+    pub(super) async fn client(server: &ApiServer, protocol: Protocol) -> HttpsClient {
         use kube::client::ConfigExt as _;
         let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig_path()).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
@@ -1250,5 +1250,193 @@ mod early_rejections {
             drop(tx);
             assert_eq!(held.await.unwrap().unwrap(), 201, "{protocol:?}: the held create completes");
         }
+    }
+}
+
+/// `pods/eviction` honours PodDisruptionBudgets as kube-apiserver's eviction REST does, over
+/// HTTP/1.1 and HTTP/2 (kubectl drain speaks HTTP/2). The budgets' status is written by hand
+/// here, standing in for the disruption controller.
+mod eviction {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use serde_json::{Value, json};
+    use skiff_apiserver::ApiServer;
+    use skiff_apiserver::testing::TestApiServer;
+
+    use super::early_rejections::{HttpsClient, Protocol, client};
+
+    const NS: &str = "/api/v1/namespaces/default";
+    const PDBS: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+
+    struct Api<'a> {
+        server: &'a ApiServer,
+        client: HttpsClient,
+        protocol: Protocol,
+    }
+
+    impl Api<'_> {
+        async fn send(&self, method: &str, path: &str, content_type: &str, body: Option<Value>) -> (u16, Value) {
+            let bytes = body.map(|b| serde_json::to_vec(&b).unwrap()).unwrap_or_default();
+            let request = hyper::Request::builder()
+                .method(method)
+                .uri(format!("{}{path}", self.server.url()))
+                .header("content-type", content_type)
+                .body(Full::new(Bytes::from(bytes)).boxed())
+                .unwrap();
+            let resp = self.client.request(request).await.unwrap();
+            let code = resp.status().as_u16();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        }
+
+        async fn ok(&self, method: &str, path: &str, content_type: &str, body: Value) -> Value {
+            let (code, answer) = self.send(method, path, content_type, Some(body)).await;
+            assert!(code < 300, "{:?}: {method} {path}: {code} {answer}", self.protocol);
+            answer
+        }
+
+        /// A pod labelled `app=<app>`, Running (and Ready when `ready`) unless `phase` is Pending.
+        async fn pod(&self, name: &str, app: &str, phase: &str, ready: bool) -> Value {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": app}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+            let created = self.ok("POST", &format!("{NS}/pods"), "application/json", pod).await;
+            if phase == "Pending" {
+                return created;
+            }
+            let status = json!({"status": {"phase": phase,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}});
+            self.ok("PATCH", &format!("{NS}/pods/{name}/status"), "application/merge-patch+json", status).await
+        }
+
+        /// A budget selecting `app=<app>` with the given status counts, observed at generation 1.
+        async fn pdb(&self, name: &str, app: &str, allowed: i64, current: i64, desired: i64) {
+            let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+                "spec": {"minAvailable": desired, "selector": {"matchLabels": {"app": app}}}});
+            self.ok("POST", PDBS, "application/json", pdb).await;
+            self.pdb_status(name, allowed, current, desired, 1).await;
+        }
+
+        async fn pdb_status(&self, name: &str, allowed: i64, current: i64, desired: i64, observed: i64) {
+            let status = json!({"status": {"disruptionsAllowed": allowed, "currentHealthy": current,
+                "desiredHealthy": desired, "expectedPods": current, "observedGeneration": observed}});
+            self.ok("PATCH", &format!("{PDBS}/{name}/status"), "application/merge-patch+json", status).await;
+        }
+
+        async fn evict(&self, name: &str, query: &str, delete_options: Value) -> (u16, Value) {
+            let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name},
+                "deleteOptions": delete_options});
+            self.send("POST", &format!("{NS}/pods/{name}/eviction{query}"), "application/json", Some(eviction)).await
+        }
+
+        async fn get(&self, path: &str) -> (u16, Value) {
+            self.send("GET", path, "application/json", None).await
+        }
+
+        /// Whether the pod is gone or being deleted (an unbound pod goes at once).
+        async fn evicted(&self, name: &str) -> bool {
+            let (code, pod) = self.get(&format!("{NS}/pods/{name}")).await;
+            code == 404 || pod["metadata"]["deletionTimestamp"].is_string()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn evictions_honour_disruption_budgets_over_both_protocols() {
+        let h = TestApiServer::start().await;
+        for (protocol, t) in [(Protocol::Http1, "h1"), (Protocol::Http2, "h2")] {
+            let api = Api { server: &h.server, client: client(&h.server, protocol).await, protocol };
+            let name = |base: &str| format!("{base}-{t}");
+
+            // No disruption allowed: 429 with Kubernetes' message and the budget's reason.
+            api.pod(&name("a"), &name("a"), "Running", true).await;
+            api.pdb(&name("a"), &name("a"), 0, 1, 1).await;
+            let (code, status) = api.evict(&name("a"), "", Value::Null).await;
+            assert_eq!(code, 429, "{protocol:?}: {status}");
+            assert_eq!(status["reason"], "TooManyRequests");
+            assert_eq!(status["message"], "Cannot evict pod as it would violate the pod's disruption budget.");
+            assert_eq!(status["details"]["causes"][0]["reason"], "DisruptionBudget");
+            assert_eq!(
+                status["details"]["causes"][0]["message"],
+                format!("The disruption budget {} needs 1 healthy pods and has 1 currently", name("a"))
+            );
+            assert!(!api.evicted(&name("a")).await);
+
+            // One allowed: a dry run changes nothing, a real eviction spends it.
+            api.pdb_status(&name("a"), 1, 2, 1, 1).await;
+            let (code, status) = api.evict(&name("a"), "?dryRun=All", Value::Null).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            let (code, status) = api.evict(&name("a"), "", json!({"dryRun": ["All"]})).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert!(!api.evicted(&name("a")).await, "{protocol:?}: a dry run deleted the pod");
+            let (_, pdb) = api.get(&format!("{PDBS}/{}", name("a"))).await;
+            assert_eq!(pdb["status"]["disruptionsAllowed"], 1, "{protocol:?}: a dry run spent the disruption");
+            let (code, status) = api.evict(&name("a"), "", Value::Null).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert_eq!(status["status"], "Success");
+            assert!(api.evicted(&name("a")).await);
+            let (_, pdb) = api.get(&format!("{PDBS}/{}", name("a"))).await;
+            assert_eq!(pdb["status"]["disruptionsAllowed"], 0);
+            assert!(pdb["status"]["disruptedPods"][name("a")].is_string(), "{protocol:?}: {pdb}");
+            let cond = &pdb["status"]["conditions"][0];
+            assert_eq!((cond["type"].as_str(), cond["status"].as_str()), (Some("DisruptionAllowed"), Some("False")));
+            assert_eq!(cond["reason"], "InsufficientPods");
+
+            // A Pending pod disrupts nothing: evicted without looking at the exhausted budget.
+            api.pod(&name("pending"), &name("a"), "Pending", false).await;
+            let (code, status) = api.evict(&name("pending"), "", Value::Null).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert!(api.evicted(&name("pending")).await);
+
+            // An unready pod: refused while the budget is short (IfHealthyBudget), allowed with
+            // AlwaysAllow.
+            api.pod(&name("unready"), &name("a"), "Running", false).await;
+            api.pdb_status(&name("a"), 0, 0, 1, 1).await;
+            let (code, status) = api.evict(&name("unready"), "", Value::Null).await;
+            assert_eq!(code, 429, "{protocol:?}: {status}");
+            let policy = json!({"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}});
+            api.ok("PATCH", &format!("{PDBS}/{}", name("a")), "application/merge-patch+json", policy).await;
+            let (code, status) = api.evict(&name("unready"), "", Value::Null).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert!(api.evicted(&name("unready")).await);
+
+            // A budget whose status has not caught up with its spec: 429, retry after 10 s.
+            api.pod(&name("s"), &name("s"), "Running", true).await;
+            api.pdb(&name("s"), &name("s"), 1, 2, 1).await;
+            api.pdb_status(&name("s"), 1, 2, 1, 0).await;
+            let (code, status) = api.evict(&name("s"), "", Value::Null).await;
+            assert_eq!(code, 429, "{protocol:?}: {status}");
+            assert_eq!(status["details"]["retryAfterSeconds"], 10);
+            assert_eq!(
+                status["details"]["causes"][0]["message"],
+                format!("The disruption budget {} is still being processed by the server.", name("s"))
+            );
+
+            // Two budgets over one pod: 500, as Kubernetes.
+            api.pod(&name("m"), &name("m"), "Running", true).await;
+            api.pdb(&name("m1"), &name("m"), 1, 1, 0).await;
+            api.pdb(&name("m2"), &name("m"), 1, 1, 0).await;
+            let (code, status) = api.evict(&name("m"), "", Value::Null).await;
+            assert_eq!(code, 500, "{protocol:?}: {status}");
+            assert_eq!(
+                status["message"],
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+            );
+
+            // deleteOptions preconditions, and the Eviction's name.
+            let pod = api.pod(&name("n"), &name("n"), "Running", true).await;
+            let (code, status) = api.evict(&name("n"), "", json!({"preconditions": {"uid": "wrong"}})).await;
+            assert_eq!(code, 409, "{protocol:?}: {status}");
+            assert!(!api.evicted(&name("n")).await);
+            let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other"}});
+            let path = format!("{NS}/pods/{}/eviction", name("n"));
+            let (code, _) = api.send("POST", &path, "application/json", Some(eviction)).await;
+            assert_eq!(code, 400);
+            let uid = pod["metadata"]["uid"].clone();
+            let (code, status) = api.evict(&name("n"), "", json!({"preconditions": {"uid": uid}})).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert!(api.evicted(&name("n")).await);
+        }
+        h.server.shutdown(Duration::from_secs(5)).await;
     }
 }

@@ -9,7 +9,7 @@ use skiff_apimachinery::ApiError;
 use skiff_apimachinery::status::Cause;
 
 use crate::AppState;
-use crate::registry::store::{DeleteOptions, WriteOptions};
+use crate::registry::store::WriteOptions;
 use crate::resources::ResourceDef;
 use crate::util::{meta_str, set_in};
 
@@ -181,28 +181,9 @@ pub async fn bind(
     Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
 }
 
-/// `POST pods/{name}/eviction`: deletes the pod with the eviction's DeleteOptions
-/// (PodDisruptionBudgets are not implemented, so every eviction is allowed).
-pub async fn evict(
-    state: &Arc<AppState>,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-    eviction: Value,
-    opts: &WriteOptions,
-) -> Result<Value, ApiError> {
-    let d = &eviction["deleteOptions"];
-    let del = DeleteOptions {
-        uid: d["preconditions"]["uid"].as_str().map(str::to_string),
-        resource_version: d["preconditions"]["resourceVersion"].as_str().map(str::to_string),
-        propagation_policy: d["propagationPolicy"].as_str().map(str::to_string),
-        grace_period_seconds: d["gracePeriodSeconds"].as_i64(),
-        dry_run: opts.dry_run,
-        user: opts.user.clone(),
-    };
-    state.objects.delete(def, ns, name, &del).await?;
-    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
-}
+/// `POST pods/{name}/eviction`, which honours PodDisruptionBudgets: see
+/// [`crate::registry::core::eviction`].
+pub use crate::registry::core::eviction::evict;
 
 #[cfg(test)]
 mod tests {

@@ -266,6 +266,9 @@ async fn run_controllers(
         );
         // kube-controller-manager runs it with one worker.
         pending.push(("disruption", q, c, 1, None));
+        let q = queue("stale-pod-disruption");
+        let c = crate::disruption::stale::StalePodDisruptionCleaner::new(api.clone(), &factory, q.clone());
+        pending.push(("stale-pod-disruption", q, c, 1, None));
     }
     let mut podgc = None;
     if config.enabled("podgc") {

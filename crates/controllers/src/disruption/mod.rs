@@ -19,8 +19,12 @@
 //! A sync that fails for any reason but a write conflict sets `disruptionsAllowed` to 0 with the
 //! condition's reason `SyncFailed` (`failSafe`: evictions stop rather than break the budget)
 //! and looks again after [`PDB_RESYNC`].
+//!
+//! A second loop, [`stale::StalePodDisruptionCleaner`], resets the `DisruptionTarget` condition
+//! of pods an eviction marked but that were not deleted within two minutes.
 
 mod finders;
+pub mod stale;
 #[cfg(test)]
 mod tests;
 

@@ -1388,8 +1388,15 @@ mod eviction {
             assert_eq!(code, 201, "{protocol:?}: {status}");
             assert!(api.evicted(&name("pending")).await);
 
-            // An unready pod: refused while the budget is short (IfHealthyBudget), allowed with
-            // AlwaysAllow.
+            // An unready pod (IfHealthyBudget, the default): deleted without spending a
+            // disruption while the budget has its healthy pods, refused while it is short;
+            // always deleted with AlwaysAllow.
+            api.pod(&name("unready1"), &name("a"), "Running", false).await;
+            let (code, status) = api.evict(&name("unready1"), "", Value::Null).await;
+            assert_eq!(code, 201, "{protocol:?}: {status}");
+            assert!(api.evicted(&name("unready1")).await);
+            let (_, pdb) = api.get(&format!("{PDBS}/{}", name("a"))).await;
+            assert!(pdb["status"]["disruptedPods"].get(name("unready1")).is_none(), "{protocol:?}: {pdb}");
             api.pod(&name("unready"), &name("a"), "Running", false).await;
             api.pdb_status(&name("a"), 0, 0, 1, 1).await;
             let (code, status) = api.evict(&name("unready"), "", Value::Null).await;

@@ -8,7 +8,7 @@ use common::Server;
 
 /// The Ready pods matching `selector`, with their nodes.
 fn ready_pods(server: &Server, selector: &str) -> Vec<(String, String)> {
-    let pods = json(server, &["get", "pods", "-l", selector]);
+    let pods = server.json(&["get", "pods", "-l", selector]);
     pods["items"]
         .as_array()
         .unwrap()

@@ -6,7 +6,6 @@
 mod common;
 
 use common::Server;
-use serde_json::Value;
 
 /// A CronJob whose pods the simulated nodes report Succeeded.
 const TICK: &str = r#"
@@ -30,15 +29,9 @@ spec:
             image: busybox
 "#;
 
-fn json(server: &Server, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    serde_json::from_str(&server.ok(&a)).unwrap()
-}
-
 /// The Jobs' names and whether each is Complete.
 fn jobs(server: &Server) -> Vec<(String, bool)> {
-    let list = json(server, &["get", "jobs"]);
+    let list = server.json(&["get", "jobs"]);
     let mut out: Vec<(String, bool)> = list["items"]
         .as_array()
         .unwrap()
@@ -87,7 +80,7 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history_limit() {
         jobs(&server).into_iter().find(|(name, complete)| name.starts_with("tick-") && *complete).map(|(n, _)| n)
     });
     let minutes: i64 = scheduled.trim_start_matches("tick-").parse().unwrap();
-    let job = json(&server, &["get", "job", &scheduled]);
+    let job = server.json(&["get", "job", &scheduled]);
     let stamp = job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"].as_str().unwrap();
     assert!(stamp.ends_with(":00Z"), "{stamp}");
     assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "CronJob");
@@ -95,7 +88,7 @@ fn a_cron_job_runs_on_its_schedule_and_keeps_its_history_limit() {
 
     // The CronJob's status follows: scheduled, succeeded, nothing active.
     let status = server.eventually(60, "lastSuccessfulTime", || {
-        let cj = json(&server, &["get", "cronjob", "tick"]);
+        let cj = server.json(&["get", "cronjob", "tick"]);
         cj["status"]["lastSuccessfulTime"].is_string().then(|| cj["status"].clone())
     });
     assert!(status["lastScheduleTime"].is_string(), "{status}");
@@ -136,7 +129,7 @@ fn a_restarted_controller_runs_a_time_missed_while_down_once_inside_the_deadline
     });
     // Both runs are active, each once: the first was not created again after the restart.
     let active = server.eventually(30, "both runs in the active list", || {
-        let cj = json(&server, &["get", "cronjob", "tick"]);
+        let cj = server.json(&["get", "cronjob", "tick"]);
         let mut names: Vec<String> =
             cj["status"]["active"].as_array()?.iter().filter_map(|r| r["name"].as_str().map(str::to_string)).collect();
         names.sort();

@@ -112,6 +112,11 @@ pub struct ServerArgs {
     /// default: the bind address, or this host's default-route address).
     #[arg(long)]
     pub advertise_address: Option<IpAddr>,
+    /// An `apiserver.config.k8s.io/v1` `EncryptionConfiguration` file: the resources whose
+    /// stored values are encrypted at rest and the providers (aescbc, aesgcm, secretbox,
+    /// identity) in order, as kube-apiserver's flag.
+    #[arg(long)]
+    pub encryption_provider_config: Option<PathBuf>,
     /// The cluster's join token (k3s's `--token`). On a datastore that already holds a cluster
     /// (another server's, on the same etcd) it must be that cluster's: the server then adopts its
     /// CA and service-account key and serves the same cluster. On an empty datastore it becomes
@@ -306,7 +311,11 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
     let pid_file = crate::pidfile::claim(&data_dir)?;
-    let store = open_store(&args, &data_dir).await?;
+    let mut store = open_store(&args, &data_dir).await?;
+    if let Some(path) = &args.encryption_provider_config {
+        let rules = skiff_apiserver::storage::value::encryptionconfig::load(path)?;
+        store = Arc::new(skiff_apiserver::storage::value::TransformingBackend::new(store, rules));
+    }
     let mut config = Config::new(&data_dir);
     config.bind_address = args.bind_address;
     config.port = args.https_listen_port;

@@ -25,6 +25,7 @@ use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
 pub mod cronjob;
+pub mod daemonset;
 pub mod job;
 mod statefulset;
 
@@ -266,8 +267,9 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("", "Namespace") => validate_namespace(&mut e, obj),
         ("", "Pod") => validate_pod(&mut e, obj, old),
         ("apps", "Deployment") => validate_deployment(&mut e, obj, old),
-        ("apps", "ReplicaSet" | "DaemonSet") => validate_workload(&mut e, obj, old, &["Always"], true),
+        ("apps", "ReplicaSet") => validate_workload(&mut e, obj, old, &["Always"], true),
         ("apps", "StatefulSet") => statefulset::validate_stateful_set(&mut e, obj, old),
+        ("apps", "DaemonSet") => daemonset::validate_daemon_set(&mut e, obj, old),
         ("", "ReplicationController") => validate_replication_controller(&mut e, obj),
         ("batch", "Job") => job::validate_job(&mut e, obj, old),
         ("", "Service") => validate_service(&mut e, obj, old),

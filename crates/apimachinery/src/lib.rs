@@ -11,6 +11,7 @@
 //! - [`table`]: server-side printing (Table columns and cells).
 //! - [`quantity`]: `resource.Quantity` parsing, arithmetic and canonical printing.
 //! - [`cron`]: CronJob schedules and time zones, as Kubernetes parses and steps them.
+//! - [`scheduling`]: node affinity and taint toleration matching (component-helpers).
 //!
 //! Everything works on raw `serde_json::Value` objects, so unknown fields survive. This crate
 //! knows nothing about HTTP or the store.
@@ -21,6 +22,7 @@ pub mod fields;
 pub mod names;
 pub mod patch;
 pub mod quantity;
+pub mod scheduling;
 pub mod selector;
 pub mod status;
 pub mod table;

@@ -5,6 +5,7 @@
 //! resources; [`subresources`] and [`virtual_resources`] are the REST storages that are not
 //! plain objects.
 
+pub mod apps;
 pub mod batch;
 pub mod convert;
 pub mod core;

@@ -818,6 +818,9 @@ impl Objects {
             machinery::apply_defaults(&api_version, &kind, &mut new);
             let (mut new, mut warnings) = typed_decode(&api_version, &kind, new, raw, opts.field_validation)?;
             custom_prune(def, &mut new, opts.field_validation, &mut warnings)?;
+            if def.group == "apps" && def.resource == "daemonsets" {
+                crate::registry::apps::daemonset::prepare_for_update(subresource, &old, &mut new);
+            }
             if def.generation {
                 let old_gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
                 // A Deployment's annotations are copied to its ReplicaSets: changing them is a

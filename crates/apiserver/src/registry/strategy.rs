@@ -2,7 +2,7 @@
 //! kube-apiserver's `rest.RESTCreateStrategy`/`RESTUpdateStrategy`/`RESTDeleteStrategy`
 //! (`PrepareForCreate`, `PrepareForUpdate`, `Validate`, `CheckGracefulDelete`): the rules every
 //! resource shares live here, the ones a resource adds in its module
-//! ([`crate::registry::core`], [`crate::registry::batch`]; custom resources: their CRD's schema in [`crate::registry::crd`]).
+//! ([`crate::registry::core`], [`crate::registry::batch`], [`crate::registry::apps`]; custom resources: their CRD's schema in [`crate::registry::crd`]).
 //!
 //! Admission's NamespaceLifecycle and Priority checks are not strategies: the store repeats them
 //! (`Objects::check_namespace`, `Objects::check_global_default`, the immortal namespaces) because
@@ -37,8 +37,12 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
         ("", "persistentvolumeclaims") | ("", "persistentvolumes") => persistentvolume::prepare_for_create(obj),
         ("batch", "jobs") => crate::registry::batch::job::prepare_for_create(obj),
         ("batch", "cronjobs") => crate::registry::batch::cronjob::prepare_for_create(obj),
+        ("apps", "daemonsets") => {
+            drop_status(obj);
+            crate::registry::apps::daemonset::prepare_for_create(obj);
+        }
         // Resources whose status only their controllers write (through `/status`).
-        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
+        ("apps", "deployments" | "replicasets" | "statefulsets")
         | ("", "replicationcontrollers" | "resourcequotas")
         | ("policy", "poddisruptionbudgets")
         | ("networking.k8s.io", "ingresses")

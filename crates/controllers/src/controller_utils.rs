@@ -73,6 +73,14 @@ impl Expectations {
         self.set(key, 0, n);
     }
 
+    /// Expects `adds` pod creations and the deletion of these pod keys at once
+    /// (`SetExpectations`), for controllers that create and delete in one sync (DaemonSet).
+    pub fn expect(&self, key: &str, adds: usize, pod_keys: Vec<String>) {
+        let dels = pod_keys.len() as i64;
+        self.deletion_keys.lock().insert(key.to_string(), pod_keys.into_iter().collect());
+        self.set(key, adds as i64, dels);
+    }
+
     fn lower(&self, key: &str, add: i64, del: i64) {
         if let Some(e) = self.expectations.lock().get_mut(key) {
             e.add -= add;

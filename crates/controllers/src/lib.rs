@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`statefulset`] (on [`history`]), [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`statefulset`] (on [`history`]), [`daemon`], [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -23,6 +23,7 @@ pub mod clusterroleaggregation;
 pub mod controller_ref_manager;
 pub mod controller_utils;
 pub mod cronjob;
+pub mod daemon;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoint;

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 
 use crate::clusterroleaggregation::ClusterRoleAggregationController;
 use crate::cronjob::CronJobController;
+use crate::daemon::DaemonSetsController;
 use crate::deployment::{DeploymentController, MAX_RETRIES};
 use crate::disruption::DisruptionController;
 use crate::endpoint::EndpointsController;
@@ -43,6 +44,8 @@ pub struct ControllerManagerConfig {
     pub concurrent_deployment_syncs: usize,
     /// `--concurrent-replicaset-syncs` (5).
     pub concurrent_replicaset_syncs: usize,
+    /// `--concurrent-daemonset-syncs` (2).
+    pub concurrent_daemonset_syncs: usize,
     /// `--concurrent-job-syncs` (5).
     pub concurrent_job_syncs: usize,
     /// `--concurrent-statefulset-syncs` (5).
@@ -84,7 +87,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `podgc`, `statefulset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `podgc`, `statefulset`, `daemonset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
     pub disabled: Vec<String>,
@@ -95,6 +98,7 @@ impl Default for ControllerManagerConfig {
         Self {
             concurrent_deployment_syncs: 5,
             concurrent_replicaset_syncs: 5,
+            concurrent_daemonset_syncs: 2,
             concurrent_job_syncs: 5,
             concurrent_statefulset_syncs: 5,
             concurrent_cron_job_syncs: 5,
@@ -273,6 +277,16 @@ async fn run_controllers(
     let mut podgc = None;
     if config.enabled("podgc") {
         podgc = Some(PodGcController::new(api.clone(), &factory, config.terminated_pod_gc_threshold));
+    }
+    if config.enabled("daemonset") {
+        let q = queue("daemonset");
+        let c = DaemonSetsController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("daemonset-controller")),
+        );
+        pending.push(("daemonset", q, c, config.concurrent_daemonset_syncs, None));
     }
     if config.enabled("job") {
         let q = queue("job");

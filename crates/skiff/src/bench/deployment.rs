@@ -223,11 +223,10 @@ fn deployment_progress(d: &Deployment) -> String {
     )
 }
 
-/// Waits (at most a minute) until `nodes` simulated nodes are registered and Ready, then two
-/// seconds more for the components to finish their start-up lists.
-async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> anyhow::Result<()> {
+/// Waits until `count` nodes are registered and Ready, for `limit` at most.
+pub(super) async fn wait_for_ready_nodes(admin: &kube::Client, count: usize, limit: Duration) -> anyhow::Result<()> {
     let node_api = Api::<Node>::all(admin.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + limit;
     loop {
         let ready = node_api
             .list(&ListParams::default())
@@ -241,14 +240,12 @@ async fn wait_for_ready_nodes(admin: &kube::Client, nodes: u32) -> anyhow::Resul
                     .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             })
             .count();
-        if ready >= nodes as usize {
-            break;
+        if ready >= count {
+            return Ok(());
         }
-        anyhow::ensure!(Instant::now() < deadline, "only {ready} of {nodes} nodes Ready");
+        anyhow::ensure!(Instant::now() < deadline, "only {ready} of {count} nodes Ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    Ok(())
 }
 
 /// A `skiff server` with Ready simulated nodes, in a fresh temp dir removed on drop.
@@ -270,7 +267,9 @@ pub(super) async fn start_cluster(args: &ClusterArgs) -> anyhow::Result<Cluster>
     let nodes = args.nodes.to_string();
     let mut server = ServerProcess::spawn(&dir.path().join("server"), &["--simulated-nodes", &nodes])?;
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
-    wait_for_ready_nodes(&admin, args.nodes).await?;
+    wait_for_ready_nodes(&admin, args.nodes as usize, Duration::from_secs(60)).await?;
+    // Let the components finish their start-up lists.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(Cluster { server, admin, _dir: dir })
 }
 

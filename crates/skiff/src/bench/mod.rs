@@ -3,6 +3,7 @@
 
 mod apiserver;
 mod authorization;
+mod daemonset;
 mod deployment;
 mod dns;
 mod empty_handler;
@@ -36,6 +37,9 @@ pub enum BenchCommand {
     /// A 1,000-replica StatefulSet with Parallel pod management on simulated nodes until all
     /// replicas are Ready (issue 26), next to direct pod creates through the API.
     Statefulset(statefulset::StatefulSetArgs),
+    /// The DaemonSet controller (issue 26): a DaemonSet across N simulated nodes (5,000) and
+    /// its rolling update with maxUnavailable 10 %: total time and the server's CPU seconds.
+    Daemonset(daemonset::DaemonSetArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -59,6 +63,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Store(args) => store::run(args).await,
         BenchCommand::Apiserver(args) => apiserver::run(args).await,
         BenchCommand::Deployment(args) => deployment::run(args).await,
+        BenchCommand::Daemonset(args) => daemonset::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

@@ -8,22 +8,9 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::Server;
 use serde_json::Value;
-
-/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
-fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn json(server: &Server, args: &[&str]) -> Value {
     let mut args = args.to_vec();
@@ -49,6 +36,18 @@ fn pods_by_node(server: &Server) -> BTreeMap<String, String> {
 
 fn status_field(server: &Server, field: &str) -> i64 {
     json(server, &["get", "ds", "agent"])["status"][field].as_i64().unwrap_or(0)
+}
+
+/// The revision numbers `kubectl rollout history ds/agent` lists.
+fn history_revisions(server: &Server) -> Vec<String> {
+    let history = server.ok(&["rollout", "history", "ds/agent"]);
+    history
+        .lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
 }
 
 fn rollout_status(server: &Server) {
@@ -116,7 +115,7 @@ spec:
 fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
     let server = Server::start_with(&["--simulated-nodes", "3"]);
     let nodes = ["sim-node-0", "sim-node-1", "sim-node-2"];
-    eventually(&server, 60, "three Ready nodes", || {
+    server.eventually(60, "three Ready nodes", || {
         let out = server.ok(&[
             "get",
             "nodes",
@@ -144,7 +143,7 @@ fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
 
     // A node joining later gets its pod.
     let _late = Agent::start(&server, "late");
-    eventually(&server, 60, "a Running pod on the late node", || {
+    server.eventually(60, "a Running pod on the late node", || {
         let phase = server.ok(&[
             "get",
             "pods",
@@ -162,7 +161,7 @@ fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
 
     // NoSchedule does not evict: the pod stays, counted as misscheduled.
     server.ok(&["taint", "nodes", "sim-node-0", "dedicated=x:NoSchedule"]);
-    eventually(&server, 30, "the NoSchedule node to leave the desired count", || {
+    server.eventually(30, "the NoSchedule node to leave the desired count", || {
         (status_field(&server, "desiredNumberScheduled") == 3 && status_field(&server, "numberMisscheduled") == 1)
             .then_some(())
     });
@@ -170,7 +169,7 @@ fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
 
     // NoExecute without a toleration removes the pod.
     server.ok(&["taint", "nodes", "sim-node-1", "dedicated=x:NoExecute"]);
-    eventually(&server, 60, "the pod on the NoExecute node to go", || {
+    server.eventually(60, "the pod on the NoExecute node to go", || {
         (!pods_by_node(&server).contains_key("sim-node-1")).then_some(())
     });
     assert!(pods_by_node(&server).contains_key("sim-node-0"));
@@ -182,14 +181,7 @@ fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
     for node in ["sim-node-2", "late-0"] {
         assert_eq!(updated.get(node).map(String::as_str), Some("example.com/agent:2"), "{updated:?}");
     }
-    let history = server.ok(&["rollout", "history", "ds/agent"]);
-    let revisions: Vec<&str> = history
-        .lines()
-        .skip_while(|l| !l.starts_with("REVISION"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(revisions, ["1", "2"], "{history}");
+    assert_eq!(history_revisions(&server), ["1", "2"]);
     let hashes = server.ok(&[
         "get",
         "controllerrevisions",
@@ -206,14 +198,7 @@ fn a_daemon_set_follows_nodes_taints_and_rolling_updates() {
     for node in ["sim-node-2", "late-0"] {
         assert_eq!(reverted.get(node).map(String::as_str), Some("example.com/agent:1"), "{reverted:?}");
     }
-    let history = server.ok(&["rollout", "history", "ds/agent"]);
-    let revisions: Vec<&str> = history
-        .lines()
-        .skip_while(|l| !l.starts_with("REVISION"))
-        .skip(1)
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    assert_eq!(revisions, ["2", "3"], "{history}");
+    assert_eq!(history_revisions(&server), ["2", "3"]);
     assert_eq!(
         server.ok(&[
             "get",

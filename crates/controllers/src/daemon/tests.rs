@@ -185,6 +185,16 @@ impl Fixture {
         self.factory.informer::<ControllerRevision>().handle_event(Event::Apply(rev.clone()));
     }
 
+    /// A DaemonSet `new` (revision 2) updated from `old` (revision 1), on nodes n1…n`nodes`.
+    fn seed_update(&self, old: &DaemonSet, new: &DaemonSet, nodes: usize) {
+        self.seed_ds(new);
+        self.seed_revision(&revision(old, 1));
+        self.seed_revision(&revision(new, 2));
+        for i in 1..=nodes {
+            self.seed_node(&node(&format!("n{i}"), &[], &[]));
+        }
+    }
+
     async fn sync(&self) -> ReconcileResult {
         self.api.clear_actions();
         self.controller.sync_daemon_set("ns/agent").await
@@ -409,12 +419,7 @@ async fn unavailable_new_pods_count_against_max_unavailable() {
     let old = ds("agent:1", 1);
     let d = ds("agent:2", 2);
     let (old_hash, new_hash) = (hash(&old), hash(&d));
-    f.seed_ds(&d);
-    f.seed_revision(&revision(&old, 1));
-    f.seed_revision(&revision(&d, 2));
-    for i in 1..=3 {
-        f.seed_node(&node(&format!("n{i}"), &[], &[]));
-    }
+    f.seed_update(&old, &d, 3);
     f.seed_pod(&pod("new1", &d, "n1", &new_hash, State::NotReady, 5));
     f.seed_pod(&pod("old2", &old, "n2", &old_hash, State::Ready, 50));
     f.seed_pod(&pod("old3", &old, "n3", &old_hash, State::Ready, 50));
@@ -431,12 +436,7 @@ async fn a_surge_update_starts_new_pods_beside_available_old_ones_up_to_max_surg
     let mut d = ds("agent:2", 2);
     d.spec.as_mut().unwrap().update_strategy = Some(strategy(IntOrString::Int(0), IntOrString::Int(2)));
     let (old_hash, new_hash) = (hash(&old), hash(&d));
-    f.seed_ds(&d);
-    f.seed_revision(&revision(&old, 1));
-    f.seed_revision(&revision(&d, 2));
-    for i in 1..=3 {
-        f.seed_node(&node(&format!("n{i}"), &[], &[]));
-    }
+    f.seed_update(&old, &d, 3);
     // n1 has surged and waits for its new pod; one more surge slot is free for n2 or n3.
     f.seed_pod(&pod("old1", &old, "n1", &old_hash, State::Ready, 50));
     f.seed_pod(&pod("new1", &d, "n1", &new_hash, State::NotReady, 20));
@@ -453,10 +453,7 @@ async fn once_the_surged_pod_is_available_the_old_pod_on_its_node_is_deleted() {
     let old = ds("agent:1", 1);
     let mut d = ds("agent:2", 2);
     d.spec.as_mut().unwrap().update_strategy = Some(strategy(IntOrString::Int(0), IntOrString::Int(1)));
-    f.seed_ds(&d);
-    f.seed_revision(&revision(&old, 1));
-    f.seed_revision(&revision(&d, 2));
-    f.seed_node(&node("n1", &[], &[]));
+    f.seed_update(&old, &d, 1);
     f.seed_pod(&pod("old1", &old, "n1", &hash(&old), State::Ready, 50));
     f.seed_pod(&pod("new1", &d, "n1", &hash(&d), State::Ready, 20));
     f.sync().await.unwrap();
@@ -471,10 +468,7 @@ async fn on_delete_leaves_old_pods_until_someone_deletes_them() {
     let mut d = ds("agent:2", 2);
     d.spec.as_mut().unwrap().update_strategy =
         Some(DaemonSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None });
-    f.seed_ds(&d);
-    f.seed_revision(&revision(&old, 1));
-    f.seed_revision(&revision(&d, 2));
-    f.seed_node(&node("n1", &[], &[]));
+    f.seed_update(&old, &d, 1);
     f.seed_pod(&pod("old1", &old, "n1", &hash(&old), State::Ready, 50));
     f.sync().await.unwrap();
     assert!(f.deleted_pods().is_empty());

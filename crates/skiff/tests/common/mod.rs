@@ -267,3 +267,4 @@ impl Drop for Etcd {
         let _ = self.child.wait();
     }
 }
+

@@ -85,7 +85,8 @@ fn revision(ds: &DaemonSet, number: i64) -> ControllerRevision {
     }
 }
 
-fn node(name: &str, node_labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
+/// A node with labels and `(key, effect)` taints (shared with `util`'s tests).
+pub(super) fn node(name: &str, node_labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
     Node {
         metadata: ObjectMeta {
             name: Some(name.into()),

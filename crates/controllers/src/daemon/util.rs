@@ -270,30 +270,8 @@ pub fn by_creation_timestamp_and_phase(a: &Pod, b: &Pod) -> Ordering {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
     use super::*;
-
-    fn node(name: &str, labels: &[(&str, &str)], taints: &[(&str, &str)]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                taints: Some(
-                    taints
-                        .iter()
-                        .map(|(k, e)| Taint { key: k.to_string(), effect: e.to_string(), ..Default::default() })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            status: None,
-        }
-    }
+    use crate::daemon::tests::node;
 
     fn ds(spec: PodSpec) -> DaemonSet {
         let mut ds = DaemonSet::default();

@@ -22,8 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
-use super::deployment::{Cost, reconciles, wait_for_ready_nodes};
-use super::harness::{ServerProcess, load_average};
+use super::deployment::{Cost, reconciles, start_simulated_cluster};
+use super::harness::load_average;
 
 /// Flags of `skiff bench daemonset`.
 #[derive(clap::Args, Debug)]
@@ -116,11 +116,6 @@ async fn wait_rolled_out(
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: DaemonSetArgs) -> anyhow::Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let base = match &args.dir {
-        Some(d) => tempfile::tempdir_in(d)?,
-        None => tempfile::tempdir()?,
-    };
     let timeout = Duration::from_secs_f64(args.timeout);
     println!(
         "skiff bench daemonset: {} simulated nodes, maxUnavailable {}; load average {} at start",
@@ -128,12 +123,7 @@ pub async fn run(args: DaemonSetArgs) -> anyhow::Result<()> {
         args.max_unavailable,
         load_average()
     );
-    let nodes = args.nodes.to_string();
-    let mut server = ServerProcess::spawn(&base.path().join("server"), &["--simulated-nodes", &nodes])?;
-    let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
-    wait_for_ready_nodes(&admin, args.nodes as usize, timeout).await?;
-    // Let the components finish their start-up lists.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_base, server, admin) = start_simulated_cluster(args.dir.as_ref(), args.nodes, timeout).await?;
 
     let n = args.nodes as i32;
     let api = Api::<DaemonSet>::namespaced(admin.clone(), "default");

@@ -224,7 +224,7 @@ fn deployment_progress(d: &Deployment) -> String {
 }
 
 /// Waits until `count` nodes are registered and Ready, for `limit` at most.
-pub(super) async fn wait_for_ready_nodes(admin: &kube::Client, count: usize, limit: Duration) -> anyhow::Result<()> {
+async fn wait_for_ready_nodes(admin: &kube::Client, count: usize, limit: Duration) -> anyhow::Result<()> {
     let node_api = Api::<Node>::all(admin.clone());
     let deadline = Instant::now() + limit;
     loop {
@@ -257,19 +257,30 @@ pub(super) struct Cluster {
     _dir: tempfile::TempDir,
 }
 
-/// Starts a server with `args.nodes` simulated nodes and waits until they are Ready.
-pub(super) async fn start_cluster(args: &ClusterArgs) -> anyhow::Result<Cluster> {
+/// Starts a server with `nodes` simulated nodes, its data dir in a fresh temp dir (under `dir`,
+/// else the system temp dir), and waits (`limit` at most) until they are Ready.
+pub(super) async fn start_simulated_cluster(
+    dir: Option<&PathBuf>,
+    nodes: u32,
+    limit: Duration,
+) -> anyhow::Result<(tempfile::TempDir, ServerProcess, kube::Client)> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = match &args.dir {
+    let base = match dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let nodes = args.nodes.to_string();
-    let mut server = ServerProcess::spawn(&dir.path().join("server"), &["--simulated-nodes", &nodes])?;
+    let count = nodes.to_string();
+    let mut server = ServerProcess::spawn(&base.path().join("server"), &["--simulated-nodes", &count])?;
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
-    wait_for_ready_nodes(&admin, args.nodes as usize, Duration::from_secs(60)).await?;
+    wait_for_ready_nodes(&admin, nodes as usize, limit).await?;
     // Let the components finish their start-up lists.
     tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok((base, server, admin))
+}
+
+/// Starts a server with `args.nodes` simulated nodes and waits until they are Ready.
+pub(super) async fn start_cluster(args: &ClusterArgs) -> anyhow::Result<Cluster> {
+    let (dir, server, admin) = start_simulated_cluster(args.dir.as_ref(), args.nodes, Duration::from_secs(60)).await?;
     Ok(Cluster { server, admin, _dir: dir })
 }
 

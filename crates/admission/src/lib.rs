@@ -239,6 +239,11 @@ pub trait AdmissionLookup: Send + Sync {
     fn priority_classes(&self) -> Vec<Arc<Value>>;
     /// ServiceAccount `namespace/name` (shared, not copied).
     fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>>;
+    /// Every StorageClass (shared, not copied), for DefaultStorageClass. The default has
+    /// none, for lookups that do not serve storage.
+    fn storage_classes(&self) -> Vec<Arc<Value>> {
+        Vec::new()
+    }
     /// Persists a ResourceQuota's new `status.used` (compare-and-swap on its resourceVersion)
     /// after ResourceQuota admission charged a request to it, as kube-apiserver does before
     /// admitting. The default does nothing (the quota controller catches up).
@@ -310,6 +315,9 @@ impl AdmissionLookup for MemoryLookup {
     fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.get("ServiceAccount", namespace, name).map(Arc::new)
     }
+    fn storage_classes(&self) -> Vec<Arc<Value>> {
+        self.list("StorageClass", None).into_iter().map(Arc::new).collect()
+    }
     fn update_resource_quota_status(&self, quota: &Value) -> Result<(), ApiError> {
         self.put(quota.clone());
         Ok(())
@@ -345,7 +353,8 @@ impl AdmissionChain {
     /// kube-apiserver's default plugins in its order, over `lookup`, with the webhook plugins
     /// reading `webhooks` and RBAC's escalation check over `rbac`:
     /// mutating — NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
-    /// DefaultTolerationSeconds, MutatingAdmissionWebhook; validating — RBACEscalation,
+    /// DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection,
+    /// MutatingAdmissionWebhook; validating — RBACEscalation,
     /// NamespaceLifecycle, LimitRanger, PodSecurity, Priority, ValidatingAdmissionWebhook,
     /// ResourceQuota.
     pub fn standard(
@@ -361,6 +370,8 @@ impl AdmissionChain {
             .mutating(Arc::new(service_account::ServiceAccount::new(lookup.clone())))
             .mutating(Arc::new(priority::Priority::new(lookup.clone())))
             .mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()))
+            .mutating(Arc::new(default_storage_class::DefaultStorageClass::new(lookup.clone())))
+            .mutating(Arc::new(storage_object_in_use_protection::StorageObjectInUseProtection))
             .mutating(webhooks.mutating_plugin())
             .validating(Arc::new(rbac_escalation::RbacEscalation::new(rbac)))
             .validating(Arc::new(namespace_lifecycle::NamespaceLifecycle::new(lookup.clone())))

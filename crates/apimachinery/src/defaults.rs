@@ -59,6 +59,20 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
         }
         ("rbac.authorization.k8s.io", "RoleBinding" | "ClusterRoleBinding") => default_binding(obj),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => default_crd(obj),
+        ("", "PersistentVolume") => {
+            // SetDefaults_PersistentVolume: a volume made by hand is kept after its claim goes.
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                set_str(spec, "persistentVolumeReclaimPolicy", "Retain");
+                set(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            // SetDefaults_StorageClass.
+            if let Some(m) = obj.as_object_mut() {
+                set_str(m, "reclaimPolicy", "Delete");
+                set_str(m, "volumeBindingMode", "Immediate");
+            }
+        }
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 set_str(m, "preemptionPolicy", "PreemptLowerPriority");

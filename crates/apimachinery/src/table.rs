@@ -8,7 +8,7 @@
 //!
 //! Kinds with their own columns: Pod, Node, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job,
 //! Service, Endpoints, Namespace, Event (core/v1 and events.k8s.io/v1), ConfigMap, Secret,
-//! ServiceAccount, Lease, Role, ClusterRole, RoleBinding, ClusterRoleBinding. Other built-in kinds
+//! ServiceAccount, Lease, Role, ClusterRole, RoleBinding, ClusterRoleBinding, StorageClass. Other built-in kinds
 //! (CustomResourceDefinition included) get Kubernetes' default table (`Name`, `Created At`);
 //! custom resources get `Name`, `Age` (the default printer columns of a CRD).
 
@@ -23,6 +23,14 @@ use crate::selector::LabelSelector;
 
 const NAME_DOC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 const AGE_DOC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+/// Whether a StorageClass is marked default (`storageutil.IsDefaultAnnotation`): its
+/// `storageclass.kubernetes.io/is-default-class` annotation, or the beta one, is `"true"`.
+pub fn is_default_storage_class(obj: &Value) -> bool {
+    ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"]
+        .iter()
+        .any(|k| obj.pointer("/metadata/annotations").and_then(|a| a.get(*k)).and_then(Value::as_str) == Some("true"))
+}
 
 /// Kubernetes' `duration.HumanDuration`: `5s`, `3m20s`, `15m`, `5h`, `2d3h`, `45d`, `2y30d`.
 ///
@@ -328,6 +336,32 @@ pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
                 0,
             ),
             age_col(),
+        ],
+        ("storage.k8s.io", "StorageClass") => vec![
+            name_col(),
+            col("Provisioner", "string", "", "provisioner indicates the type of the provisioner.", 0),
+            col(
+                "ReclaimPolicy",
+                "string",
+                "",
+                "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class. Defaults to Delete.",
+                0,
+            ),
+            col(
+                "VolumeBindingMode",
+                "string",
+                "",
+                "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.  When unset, VolumeBindingImmediate is used. This field is only honored by servers that enable the VolumeScheduling feature.",
+                0,
+            ),
+            col(
+                "AllowVolumeExpansion",
+                "string",
+                "",
+                "allowVolumeExpansion shows whether the storage class allow volume expand.",
+                0,
+            ),
+            col("Age", "string", "", AGE_DOC, 0),
         ],
         ("scheduling.k8s.io", "PriorityClass") => vec![
             name_col(),
@@ -770,6 +804,26 @@ pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: SystemTime) ->
                 json!(show("/spec/minAvailable")),
                 json!(show("/spec/maxUnavailable")),
                 json!(i(obj, "/status/disruptionsAllowed")),
+                age(),
+            ]
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            // printStorageClass: the default class is marked in the name; unset policies print
+            // their API defaults.
+            let mut shown = s(obj, "/metadata/name").to_string();
+            if is_default_storage_class(obj) {
+                shown.push_str(" (default)");
+            }
+            let or = |p: &str, d: &'static str| match s(obj, p) {
+                "" => d.to_string(),
+                v => v.to_string(),
+            };
+            vec![
+                json!(shown),
+                json!(s(obj, "/provisioner")),
+                json!(or("/reclaimPolicy", "Delete")),
+                json!(or("/volumeBindingMode", "Immediate")),
+                json!(obj.get("allowVolumeExpansion").and_then(Value::as_bool).unwrap_or(false)),
                 age(),
             ]
         }
@@ -1466,6 +1520,7 @@ mod tests {
             ("apps/v1", "ControllerRevision"),
             ("policy/v1", "PodDisruptionBudget"),
             ("scheduling.k8s.io/v1", "PriorityClass"),
+            ("storage.k8s.io/v1", "StorageClass"),
             ("v1", "PersistentVolumeClaim"),
             ("v1", "PersistentVolume"),
             ("v1", "ResourceQuota"),

@@ -11,7 +11,7 @@
 //! Pod (+ pod templates), Deployment, ReplicaSet, DaemonSet/Job (selector and template),
 //! StatefulSet (`statefulset`: its pod template counts the claim templates as volumes), CronJob,
 //! Service, ConfigMap, Secret, ServiceAccount, Node, Lease, Role/ClusterRole,
-//! RoleBinding/ClusterRoleBinding, Event (core/v1 and events.k8s.io/v1) and
+//! RoleBinding/ClusterRoleBinding, Event (core/v1 and events.k8s.io/v1), StorageClass and
 //! CustomResourceDefinition (names). Objects are expected to be defaulted first
 //! ([`crate::defaults::apply_defaults`]), as the API server does.
 
@@ -28,6 +28,7 @@ pub mod cronjob;
 pub mod daemonset;
 pub mod job;
 mod statefulset;
+pub mod storage;
 
 /// Total size limit of `metadata.annotations` (256 KiB).
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
@@ -196,7 +197,7 @@ pub fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
         ("", "Namespace" | "Node" | "PersistentVolume" | "ComponentStatus")
             | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
             | ("apiextensions.k8s.io", "CustomResourceDefinition")
-            | ("storage.k8s.io", _)
+            | ("storage.k8s.io", "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment" | "VolumeAttributesClass")
             | ("scheduling.k8s.io", "PriorityClass")
             | ("apiregistration.k8s.io", "APIService")
             | ("certificates.k8s.io", "CertificateSigningRequest")
@@ -286,6 +287,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("events.k8s.io", "Event") => validate_events_event(&mut e, obj),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => validate_crd(&mut e, obj, old),
         ("scheduling.k8s.io", "PriorityClass") => validate_priority_class(&mut e, obj, old),
+        ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(&mut e, obj, old),
         ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
         ("batch", "CronJob") => cronjob::validate_cron_job(&mut e, obj, old),
         _ => {}

@@ -349,6 +349,7 @@ impl ApiServer {
         }
         bootstrap_namespaces(&state).await?;
         controlplane::bootstrap::priority_classes(&state).await?;
+        controlplane::bootstrap::storage_classes(&state).await?;
         cache_tasks.push(tokio::spawn(registry::core::service::repair_loop(state.clone())));
         let me = controlplane::kubernetesservice::Endpoint {
             ip: controlplane::kubernetesservice::advertise_address(config.advertise_address, config.bind_address),

@@ -249,6 +249,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const QUOTA_SUBS: &[Subresource] = &[status("ResourceQuota")];
     const PVC_SUBS: &[Subresource] = &[status("PersistentVolumeClaim")];
     const PV_SUBS: &[Subresource] = &[status("PersistentVolume")];
+    const VA_SUBS: &[Subresource] = &[status("VolumeAttachment")];
     const ING_SUBS: &[Subresource] = &[status("Ingress")];
     const SA_SUBS: &[Subresource] = &[Subresource {
         name: "token",
@@ -383,6 +384,19 @@ pub fn builtin() -> Vec<ResourceDef> {
             namespaced: false,
             ..def("scheduling.k8s.io", "priorityclasses", "priorityclass", "PriorityClass")
         },
+        ResourceDef {
+            short_names: &["sc"],
+            namespaced: false,
+            ..def("storage.k8s.io", "storageclasses", "storageclass", "StorageClass")
+        },
+        ResourceDef { namespaced: false, ..def("storage.k8s.io", "csidrivers", "csidriver", "CSIDriver") },
+        ResourceDef { namespaced: false, ..def("storage.k8s.io", "csinodes", "csinode", "CSINode") },
+        ResourceDef {
+            namespaced: false,
+            subresources: VA_SUBS,
+            ..def("storage.k8s.io", "volumeattachments", "volumeattachment", "VolumeAttachment")
+        },
+        ResourceDef { ..def("storage.k8s.io", "csistoragecapacities", "csistoragecapacity", "CSIStorageCapacity") },
         ResourceDef { ..def("discovery.k8s.io", "endpointslices", "endpointslice", "EndpointSlice") },
         ResourceDef {
             categories: &["api-extensions"],

@@ -10,7 +10,7 @@
 //!
 //! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`statefulset`] (on [`history`]), [`daemon`], [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
-//! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`] and event TTL
+//! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`], [`volume`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
 //! [`nodeipam`] and [`nodelifecycle`], which `skiff server` runs on their own (they need
 //! `--cluster-cidr` and `--node-monitor-grace-period`).
@@ -46,5 +46,6 @@ pub mod servicelb;
 pub mod statefulset;
 pub mod ttlafterfinished;
 pub mod util;
+pub mod volume;
 
 pub use manager::{ControllerManagerConfig, run_controller_manager, run_controller_manager_until};

@@ -29,6 +29,8 @@ use crate::serviceaccount::ServiceAccountsController;
 use crate::servicelb::ServiceLbController;
 use crate::statefulset::StatefulSetController;
 use crate::ttlafterfinished::TtlAfterFinishedController;
+use crate::volume::persistentvolume::PersistentVolumeController;
+use crate::volume::protection::{PvProtectionController, PvcProtectionController};
 use skiff_runtime::api::{ApiClient, KubeApi};
 use skiff_runtime::controller::{Reconciler, ShutDownOnDrop, WorkerConfig, run_workers};
 use skiff_runtime::events::{EventBroadcaster, EventSource, run_event_ttl_cleaner};
@@ -89,7 +91,8 @@ pub struct ControllerManagerConfig {
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
     /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `podgc`, `statefulset`, `daemonset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
-    /// `endpoint`, `endpointslicemirroring`, `servicelb`, `eventttl`.
+    /// `endpoint`, `endpointslicemirroring`, `servicelb`, `persistentvolume-binder`, `pvc-protection`,
+    /// `pv-protection`, `eventttl`.
     pub disabled: Vec<String>,
 }
 
@@ -313,6 +316,27 @@ async fn run_controllers(
         let c = TtlAfterFinishedController::new(api.clone(), &factory, q.clone());
         // `--concurrent-ttl-after-finished-syncs` (5).
         pending.push(("ttl-after-finished", q, c, 5, None));
+    }
+    if config.enabled("persistentvolume-binder") {
+        let q = queue("persistentvolume-binder");
+        let c = PersistentVolumeController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("persistentvolume-controller")),
+        );
+        // kube-controller-manager's binder runs one worker per queue.
+        pending.push(("persistentvolume-binder", q, c, 1, None));
+    }
+    if config.enabled("pvc-protection") {
+        let q = queue("pvc-protection");
+        let c = PvcProtectionController::new(api.clone(), &factory, q.clone());
+        pending.push(("pvc-protection", q, c, 1, None));
+    }
+    if config.enabled("pv-protection") {
+        let q = queue("pv-protection");
+        let c = PvProtectionController::new(api.clone(), &factory, q.clone());
+        pending.push(("pv-protection", q, c, 1, None));
     }
     if config.enabled("namespace") {
         let q = queue("namespace");

@@ -4,7 +4,8 @@
 //! [`Admission`] seam, fed from the watch caches.
 //!
 //! - mutating: NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
-//!   DefaultTolerationSeconds, MutatingAdmissionWebhook;
+//!   DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection,
+//!   MutatingAdmissionWebhook;
 //! - validating: RBAC escalation, NamespaceLifecycle, LimitRanger, PodSecurity, Priority,
 //!   ValidatingAdmissionWebhook, ResourceQuota.
 //!
@@ -31,8 +32,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skiff_admission::plugins::{
-    default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority, rbac_escalation,
-    resource_quota, service_account,
+    default_storage_class, default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority, rbac_escalation,
+    resource_quota, service_account, storage_object_in_use_protection,
 };
 use skiff_admission::webhook::{ServiceResolver, WebhookAdmission};
 use skiff_admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};
@@ -152,18 +153,23 @@ impl AdmissionLookup for CacheLookup {
     fn service_account(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
         self.get("serviceaccounts", namespace, name)
     }
+    fn storage_classes(&self) -> Vec<Arc<Value>> {
+        self.list_shared("storageclasses", "")
+    }
 }
 
 /// kube-apiserver's names of the admission plugins skiff implements, all enabled by default
 /// (as they are in kube-apiserver 1.33, plus NodeRestriction, which kubeadm enables beside
 /// `--authorization-mode=Node,RBAC`; it is installed by [`crate::filters::node_authz`]).
-pub const PLUGINS: [&str; 10] = [
+pub const PLUGINS: [&str; 12] = [
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
     "NodeRestriction",
     "Priority",
     "DefaultTolerationSeconds",
+    "DefaultStorageClass",
+    "StorageObjectInUseProtection",
     "PodSecurity",
     "MutatingAdmissionWebhook",
     "ValidatingAdmissionWebhook",
@@ -172,7 +178,7 @@ pub const PLUGINS: [&str; 10] = [
 
 /// Other plugin names kube-apiserver 1.33 knows: accepted by the flags, but skiff has no such
 /// plugin (enabling one logs a warning and does nothing).
-pub const NOT_IMPLEMENTED: [&str; 23] = [
+pub const NOT_IMPLEMENTED: [&str; 21] = [
     "AlwaysAdmit",
     "AlwaysDeny",
     "AlwaysPullImages",
@@ -181,7 +187,6 @@ pub const NOT_IMPLEMENTED: [&str; 23] = [
     "CertificateSubjectRestriction",
     "ClusterTrustBundleAttest",
     "DefaultIngressClass",
-    "DefaultStorageClass",
     "DenyServiceExternalIPs",
     "EventRateLimit",
     "ExtendedResourceToleration",
@@ -195,7 +200,6 @@ pub const NOT_IMPLEMENTED: [&str; 23] = [
     "PodNodeSelector",
     "PodTolerationRestriction",
     "RuntimeClass",
-    "StorageObjectInUseProtection",
 ];
 
 /// The plugins that run given kube-apiserver's `--enable-admission-plugins` (added to the
@@ -295,6 +299,12 @@ impl ChainAdmission {
         }
         if on("DefaultTolerationSeconds") {
             chain = chain.mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()));
+        }
+        if on("DefaultStorageClass") {
+            chain = chain.mutating(Arc::new(default_storage_class::DefaultStorageClass::new(l.clone())));
+        }
+        if on("StorageObjectInUseProtection") {
+            chain = chain.mutating(Arc::new(storage_object_in_use_protection::StorageObjectInUseProtection));
         }
         if on("MutatingAdmissionWebhook") {
             chain = chain.mutating(webhooks.mutating_plugin());

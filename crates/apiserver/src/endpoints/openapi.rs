@@ -123,6 +123,7 @@ fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
 fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option<(String, Value)> {
     use k8s_openapi::api::{
         admissionregistration, apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling,
+        storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
@@ -151,6 +152,11 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("batch/v1", "CronJob") => add::<batch::v1::CronJob>(g),
         ("policy/v1", "PodDisruptionBudget") => add::<policy::v1::PodDisruptionBudget>(g),
         ("scheduling.k8s.io/v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
+        ("storage.k8s.io/v1", "StorageClass") => add::<storage::v1::StorageClass>(g),
+        ("storage.k8s.io/v1", "CSIDriver") => add::<storage::v1::CSIDriver>(g),
+        ("storage.k8s.io/v1", "CSINode") => add::<storage::v1::CSINode>(g),
+        ("storage.k8s.io/v1", "VolumeAttachment") => add::<storage::v1::VolumeAttachment>(g),
+        ("storage.k8s.io/v1", "CSIStorageCapacity") => add::<storage::v1::CSIStorageCapacity>(g),
         ("discovery.k8s.io/v1", "EndpointSlice") => add::<discovery::v1::EndpointSlice>(g),
         ("networking.k8s.io/v1", "Ingress") => add::<networking::v1::Ingress>(g),
         ("networking.k8s.io/v1", "NetworkPolicy") => add::<networking::v1::NetworkPolicy>(g),

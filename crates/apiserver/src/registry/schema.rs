@@ -21,7 +21,7 @@ fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, Strin
 /// Round-trips `obj` through the k8s-openapi type of `api_version`/`kind`. `None` when skiff has
 /// no type for it (the object is then taken as is); `Some(Err(reason))` when it does not decode.
 pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> {
-    use k8s_openapi::api::scheduling;
+    use k8s_openapi::api::{scheduling, storage};
     use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
@@ -51,6 +51,11 @@ pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Va
         ("batch/v1", "CronJob") => round_trip::<batch::v1::CronJob>(obj),
         ("policy/v1", "PodDisruptionBudget") => round_trip::<policy::v1::PodDisruptionBudget>(obj),
         ("scheduling.k8s.io/v1", "PriorityClass") => round_trip::<scheduling::v1::PriorityClass>(obj),
+        ("storage.k8s.io/v1", "StorageClass") => round_trip::<storage::v1::StorageClass>(obj),
+        ("storage.k8s.io/v1", "CSIDriver") => round_trip::<storage::v1::CSIDriver>(obj),
+        ("storage.k8s.io/v1", "CSINode") => round_trip::<storage::v1::CSINode>(obj),
+        ("storage.k8s.io/v1", "VolumeAttachment") => round_trip::<storage::v1::VolumeAttachment>(obj),
+        ("storage.k8s.io/v1", "CSIStorageCapacity") => round_trip::<storage::v1::CSIStorageCapacity>(obj),
         ("discovery.k8s.io/v1", "EndpointSlice") => round_trip::<discovery::v1::EndpointSlice>(obj),
         ("networking.k8s.io/v1", "Ingress") => round_trip::<networking::v1::Ingress>(obj),
         ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<networking::v1::NetworkPolicy>(obj),

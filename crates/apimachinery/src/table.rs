@@ -1550,6 +1550,28 @@ mod tests {
     }
 
     #[test]
+    fn storage_classes_mark_the_default_and_print_unset_policies_as_their_defaults() {
+        let sc = json!({
+            "metadata": {"name": "local-path", "creationTimestamp": ago(60),
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "skiff.io/local-path", "volumeBindingMode": "WaitForFirstConsumer",
+        });
+        assert_eq!(
+            row_cells("storage.k8s.io/v1", "StorageClass", &sc, now()),
+            [
+                json!("local-path (default)"),
+                json!("skiff.io/local-path"),
+                json!("Delete"),
+                json!("WaitForFirstConsumer"),
+                json!(false),
+                json!("60s")
+            ]
+        );
+        let beta = json!({"metadata": {"name": "old", "annotations": {"storageclass.beta.kubernetes.io/is-default-class": "false"}}});
+        assert_eq!(row_cells("storage.k8s.io/v1", "StorageClass", &beta, now())[0], "old");
+    }
+
+    #[test]
     fn running_pods_show_ready_count_status_and_restarts() {
         let pod = json!({
             "metadata": {"name": "web", "creationTimestamp": ago(300)},

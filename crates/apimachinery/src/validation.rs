@@ -197,7 +197,10 @@ pub fn is_cluster_scoped(api_version: &str, kind: &str) -> bool {
         ("", "Namespace" | "Node" | "PersistentVolume" | "ComponentStatus")
             | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
             | ("apiextensions.k8s.io", "CustomResourceDefinition")
-            | ("storage.k8s.io", "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment" | "VolumeAttributesClass")
+            | (
+                "storage.k8s.io",
+                "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment" | "VolumeAttributesClass"
+            )
             | ("scheduling.k8s.io", "PriorityClass")
             | ("apiregistration.k8s.io", "APIService")
             | ("certificates.k8s.io", "CertificateSigningRequest")

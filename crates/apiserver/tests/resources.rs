@@ -187,6 +187,11 @@ async fn workload_types_are_served_with_status_scale_defaults_and_validation() {
         "/api/v1/namespaces/default/podtemplates",
         "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
         "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        "/apis/storage.k8s.io/v1/csidrivers",
+        "/apis/storage.k8s.io/v1/csinodes",
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities",
     ] {
         let r = get(c, path).await;
         assert_eq!(r.code, 200, "{path}: {}", r.body);

@@ -4,31 +4,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::Server;
-use serde_json::Value;
-
-/// Polls `f` until it returns `Some`, failing after `secs` with the server's log.
-fn eventually<T>(server: &Server, secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", server.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn json(server: &Server, args: &[&str]) -> Value {
-    let mut a = args.to_vec();
-    a.extend(["-o", "json"]);
-    serde_json::from_str(&server.ok(&a)).unwrap()
-}
 
 fn phase(server: &Server, args: &[&str]) -> String {
-    json(server, args)["status"]["phase"].as_str().unwrap_or_default().to_string()
+    server.json(args)["status"]["phase"].as_str().unwrap_or_default().to_string()
 }
 
 const VOLUME: &str = r#"
@@ -63,11 +42,22 @@ fn the_default_class_is_local_path_and_a_claim_binds_a_matching_volume_which_is_
     let sc = server.ok(&["get", "sc"]);
     let header = sc.lines().next().unwrap();
     assert!(
-        header.split_whitespace().eq(["NAME", "PROVISIONER", "RECLAIMPOLICY", "VOLUMEBINDINGMODE", "ALLOWVOLUMEEXPANSION", "AGE"]),
+        header.split_whitespace().eq([
+            "NAME",
+            "PROVISIONER",
+            "RECLAIMPOLICY",
+            "VOLUMEBINDINGMODE",
+            "ALLOWVOLUMEEXPANSION",
+            "AGE"
+        ]),
         "{sc}"
     );
     let row: Vec<&str> = sc.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(&row[..6], ["local-path", "(default)", "skiff.io/local-path", "Delete", "WaitForFirstConsumer", "false"], "{sc}");
+    assert_eq!(
+        &row[..6],
+        ["local-path", "(default)", "skiff.io/local-path", "Delete", "WaitForFirstConsumer", "false"],
+        "{sc}"
+    );
 
     // A class without a provisioner is refused with Kubernetes' cause.
     let bad = server.apply_stdin(
@@ -80,12 +70,12 @@ fn the_default_class_is_local_path_and_a_claim_binds_a_matching_volume_which_is_
 
     server.ok_stdin(&["apply", "-f", "-"], VOLUME);
     server.ok_stdin(&["apply", "-f", "-"], CLAIM);
-    eventually(&server, 30, "the claim to bind", || (phase(&server, &["get", "pvc", "data"]) == "Bound").then_some(()));
-    let pv = json(&server, &["get", "pv", "pv-retain"]);
+    server.eventually(30, "the claim to bind", || (phase(&server, &["get", "pvc", "data"]) == "Bound").then_some(()));
+    let pv = server.json(&["get", "pv", "pv-retain"]);
     assert_eq!(pv["status"]["phase"], "Bound");
     assert_eq!(pv["spec"]["claimRef"]["name"], "data");
     assert_eq!(pv["metadata"]["finalizers"], serde_json::json!(["kubernetes.io/pv-protection"]));
-    let pvc = json(&server, &["get", "pvc", "data"]);
+    let pvc = server.json(&["get", "pvc", "data"]);
     assert_eq!(pvc["spec"]["volumeName"], "pv-retain");
     assert_eq!(pvc["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"], "yes");
     assert_eq!(pvc["metadata"]["finalizers"], serde_json::json!(["kubernetes.io/pvc-protection"]));
@@ -93,7 +83,7 @@ fn the_default_class_is_local_path_and_a_claim_binds_a_matching_volume_which_is_
 
     // No pod uses the claim: its protection finalizer goes and the delete completes.
     server.ok(&["delete", "pvc", "data", "--timeout=30s"]);
-    eventually(&server, 30, "the volume to be Released", || {
+    server.eventually(30, "the volume to be Released", || {
         (phase(&server, &["get", "pv", "pv-retain"]) == "Released").then_some(())
     });
 
@@ -102,9 +92,10 @@ fn the_default_class_is_local_path_and_a_claim_binds_a_matching_volume_which_is_
         &["apply", "-f", "-"],
         "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: later}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 1Gi}}\n",
     );
-    assert_eq!(json(&server, &["get", "pvc", "later"])["spec"]["storageClassName"], "local-path");
-    eventually(&server, 30, "the WaitForFirstConsumer event", || {
-        server.ok(&["get", "events", "--field-selector", "involvedObject.name=later"])
+    assert_eq!(server.json(&["get", "pvc", "later"])["spec"]["storageClassName"], "local-path");
+    server.eventually(30, "the WaitForFirstConsumer event", || {
+        server
+            .ok(&["get", "events", "--field-selector", "involvedObject.name=later"])
             .contains("waiting for first consumer to be created before binding")
             .then_some(())
     });

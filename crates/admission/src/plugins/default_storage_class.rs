@@ -19,7 +19,8 @@ pub const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/stora
 /// as Kubernetes 1.33 picks when several are marked.
 pub fn default_class(classes: &[Arc<Value>]) -> Option<&Value> {
     classes.iter().map(|c| c.as_ref()).filter(|c| is_default_storage_class(c)).max_by(|a, b| {
-        let created = |c: &Value| c.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
+        let created =
+            |c: &Value| c.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
         let name = |c: &Value| c.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         // RFC 3339 UTC timestamps order as strings; the smaller name wins a tie.
         created(a).cmp(&created(b)).then_with(|| name(b).cmp(&name(a)))
@@ -62,7 +63,8 @@ impl MutatingAdmission for DefaultStorageClass {
         let Some(name) = default_class(&classes).and_then(|c| c.pointer("/metadata/name")).cloned() else {
             return Ok(());
         };
-        if let Some(spec) = claim.as_object_mut().map(|m| m.entry("spec").or_insert_with(|| Value::Object(Default::default())))
+        if let Some(spec) =
+            claim.as_object_mut().map(|m| m.entry("spec").or_insert_with(|| Value::Object(Default::default())))
             && let Some(spec) = spec.as_object_mut()
         {
             spec.insert("storageClassName".into(), name);
@@ -79,13 +81,15 @@ mod tests {
     use crate::{MemoryLookup, Operation};
 
     fn class(name: &str, created: &str, default: bool) -> Value {
-        let annotations = if default { json!({"storageclass.kubernetes.io/is-default-class": "true"}) } else { json!({}) };
+        let annotations =
+            if default { json!({"storageclass.kubernetes.io/is-default-class": "true"}) } else { json!({}) };
         json!({"kind": "StorageClass", "metadata": {"name": name, "creationTimestamp": created, "annotations": annotations}, "provisioner": "x"})
     }
 
     async fn admit(lookup: &Arc<MemoryLookup>, claim: Value) -> Value {
         let plugin = DefaultStorageClass::new(lookup.clone());
-        let mut req = AdmissionRequest::new(Operation::Create, "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim");
+        let mut req =
+            AdmissionRequest::new(Operation::Create, "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim");
         req.object = Some(claim);
         plugin.admit(&mut req, &mut Feedback::default()).await.unwrap();
         req.object.unwrap()
@@ -109,8 +113,11 @@ mod tests {
         let claim = admit(&l, json!({"metadata": {"name": "data"}, "spec": {}})).await;
         assert_eq!(claim["spec"]["storageClassName"], "new");
         assert_eq!(
-            default_class(&[Arc::new(class("b", "2026-01-01T00:00:00Z", true)), Arc::new(class("a", "2026-01-01T00:00:00Z", true))])
-                .unwrap()["metadata"]["name"],
+            default_class(&[
+                Arc::new(class("b", "2026-01-01T00:00:00Z", true)),
+                Arc::new(class("a", "2026-01-01T00:00:00Z", true))
+            ])
+            .unwrap()["metadata"]["name"],
             "a"
         );
     }
@@ -121,7 +128,8 @@ mod tests {
         l.put(class("local-path", "2026-01-01T00:00:00Z", true));
         let claim = admit(&l, json!({"metadata": {"name": "d"}, "spec": {"storageClassName": ""}})).await;
         assert_eq!(claim["spec"]["storageClassName"], "");
-        let annotated = json!({"metadata": {"name": "d", "annotations": {BETA_STORAGE_CLASS_ANNOTATION: "fast"}}, "spec": {}});
+        let annotated =
+            json!({"metadata": {"name": "d", "annotations": {BETA_STORAGE_CLASS_ANNOTATION: "fast"}}, "spec": {}});
         assert!(admit(&l, annotated).await["spec"]["storageClassName"].is_null());
     }
 

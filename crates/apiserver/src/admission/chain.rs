@@ -32,8 +32,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skiff_admission::plugins::{
-    default_storage_class, default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority, rbac_escalation,
-    resource_quota, service_account, storage_object_in_use_protection,
+    default_storage_class, default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority,
+    rbac_escalation, resource_quota, service_account, storage_object_in_use_protection,
 };
 use skiff_admission::webhook::{ServiceResolver, WebhookAdmission};
 use skiff_admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};

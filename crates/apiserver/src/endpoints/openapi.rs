@@ -122,8 +122,8 @@ fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
 /// refers to) into `g`.
 fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option<(String, Value)> {
     use k8s_openapi::api::{
-        admissionregistration, apps, batch, coordination, core, discovery, events, networking, policy, rbac, scheduling,
-        storage,
+        admissionregistration, apps, batch, coordination, core, discovery, events, networking, policy, rbac,
+        scheduling, storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {

@@ -21,8 +21,8 @@ fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, Strin
 /// Round-trips `obj` through the k8s-openapi type of `api_version`/`kind`. `None` when skiff has
 /// no type for it (the object is then taken as is); `Some(Err(reason))` when it does not decode.
 pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Value, String>> {
-    use k8s_openapi::api::{scheduling, storage};
     use k8s_openapi::api::{apps, autoscaling, batch, coordination, core, discovery, events, networking, policy, rbac};
+    use k8s_openapi::api::{scheduling, storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
         ("v1", "Namespace") => round_trip::<core::v1::Namespace>(obj),

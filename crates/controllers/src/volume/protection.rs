@@ -16,10 +16,9 @@ use skiff_runtime::controller::{Action, ReconcileResult, Reconciler};
 use skiff_runtime::informer::{Informer, ResourceEventHandler, SharedInformerFactory, key_of, split_key};
 use skiff_runtime::workqueue::WorkQueue;
 
-/// The finalizer protecting a claim in use by a pod.
-pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
-/// The finalizer protecting a bound volume.
-pub const PV_PROTECTION_FINALIZER: &str = "kubernetes.io/pv-protection";
+pub use skiff_admission::plugins::storage_object_in_use_protection::{
+    PV_PROTECTION_FINALIZER, PVC_PROTECTION_FINALIZER,
+};
 
 fn has_finalizer(meta: &ObjectMeta, f: &str) -> bool {
     meta.finalizers.as_ref().is_some_and(|fs| fs.iter().any(|x| x == f))
@@ -60,20 +59,22 @@ pub struct PvcProtectionController {
     pods: Arc<Informer<Pod>>,
 }
 
-struct ClaimHandler {
+/// Enqueues objects being deleted that still carry `finalizer` (both controllers' informers).
+struct DeletingWithFinalizer {
     queue: Arc<WorkQueue<String>>,
+    finalizer: &'static str,
 }
 
-impl ResourceEventHandler<PersistentVolumeClaim> for ClaimHandler {
-    fn on_add(&self, c: &Arc<PersistentVolumeClaim>) {
-        if being_deleted(&c.metadata) && has_finalizer(&c.metadata, PVC_PROTECTION_FINALIZER) {
-            self.queue.add(key_of(c.as_ref()));
+impl<K: kube::Resource> ResourceEventHandler<K> for DeletingWithFinalizer {
+    fn on_add(&self, obj: &Arc<K>) {
+        if being_deleted(obj.meta()) && has_finalizer(obj.meta(), self.finalizer) {
+            self.queue.add(key_of(obj.as_ref()));
         }
     }
-    fn on_update(&self, _old: &Arc<PersistentVolumeClaim>, cur: &Arc<PersistentVolumeClaim>) {
+    fn on_update(&self, _old: &Arc<K>, cur: &Arc<K>) {
         self.on_add(cur);
     }
-    fn on_delete(&self, _c: &Arc<PersistentVolumeClaim>) {}
+    fn on_delete(&self, _obj: &Arc<K>) {}
 }
 
 struct PodHandler {
@@ -107,7 +108,10 @@ impl PvcProtectionController {
     pub fn new(api: Arc<dyn ApiClient>, factory: &SharedInformerFactory, queue: Arc<WorkQueue<String>>) -> Arc<Self> {
         let claims = factory.informer::<PersistentVolumeClaim>();
         let pods = factory.informer::<Pod>();
-        claims.add_event_handler(Arc::new(ClaimHandler { queue: queue.clone() }));
+        claims.add_event_handler(Arc::new(DeletingWithFinalizer {
+            queue: queue.clone(),
+            finalizer: PVC_PROTECTION_FINALIZER,
+        }));
         pods.add_event_handler(Arc::new(PodHandler { queue }));
         Arc::new(Self { api, claims, pods })
     }
@@ -119,12 +123,8 @@ impl PvcProtectionController {
             return Ok(Action::AwaitChange);
         }
         let (ns, name) = split_key(key);
-        let cached_use = self
-            .pods
-            .store()
-            .list()
-            .iter()
-            .any(|p| p.metadata.namespace.as_deref() == ns && pod_uses_claim(p, name));
+        let cached_use =
+            self.pods.store().list().iter().any(|p| p.metadata.namespace.as_deref() == ns && pod_uses_claim(p, name));
         if cached_use {
             return Ok(Action::AwaitChange);
         }
@@ -156,27 +156,11 @@ pub struct PvProtectionController {
     volumes: Arc<Informer<PersistentVolume>>,
 }
 
-struct VolumeHandler {
-    queue: Arc<WorkQueue<String>>,
-}
-
-impl ResourceEventHandler<PersistentVolume> for VolumeHandler {
-    fn on_add(&self, v: &Arc<PersistentVolume>) {
-        if being_deleted(&v.metadata) && has_finalizer(&v.metadata, PV_PROTECTION_FINALIZER) {
-            self.queue.add(key_of(v.as_ref()));
-        }
-    }
-    fn on_update(&self, _old: &Arc<PersistentVolume>, cur: &Arc<PersistentVolume>) {
-        self.on_add(cur);
-    }
-    fn on_delete(&self, _v: &Arc<PersistentVolume>) {}
-}
-
 impl PvProtectionController {
     /// Creates the controller on the factory's volume informer.
     pub fn new(api: Arc<dyn ApiClient>, factory: &SharedInformerFactory, queue: Arc<WorkQueue<String>>) -> Arc<Self> {
         let volumes = factory.informer::<PersistentVolume>();
-        volumes.add_event_handler(Arc::new(VolumeHandler { queue }));
+        volumes.add_event_handler(Arc::new(DeletingWithFinalizer { queue, finalizer: PV_PROTECTION_FINALIZER }));
         Arc::new(Self { api, volumes })
     }
 
@@ -207,7 +191,9 @@ impl Reconciler for PvProtectionController {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, PersistentVolumeStatus, PodSpec, PodStatus, Volume};
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimVolumeSource, PersistentVolumeStatus, PodSpec, PodStatus, Volume,
+    };
     use kube::runtime::watcher::Event;
     use skiff_runtime::fake::FakeApi;
 
@@ -218,7 +204,9 @@ mod tests {
             name: Some(name.into()),
             namespace: ns.map(Into::into),
             finalizers: Some(vec![finalizer.into()]),
-            deletion_timestamp: Some(crate::util::time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap())),
+            deletion_timestamp: Some(crate::util::time(
+                k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+            )),
             ..Default::default()
         }
     }
@@ -246,7 +234,10 @@ mod tests {
         let api = Arc::new(FakeApi::new());
         let factory = SharedInformerFactory::for_tests();
         let c = PvcProtectionController::new(api.clone(), &factory, Arc::new(WorkQueue::new()));
-        let claim = PersistentVolumeClaim { metadata: deleting("data", Some("ns"), PVC_PROTECTION_FINALIZER), ..Default::default() };
+        let claim = PersistentVolumeClaim {
+            metadata: deleting("data", Some("ns"), PVC_PROTECTION_FINALIZER),
+            ..Default::default()
+        };
         api.seed(&claim);
         factory.informer::<PersistentVolumeClaim>().handle_event(Event::Apply(claim));
         for p in pods {

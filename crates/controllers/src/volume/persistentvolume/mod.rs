@@ -271,7 +271,11 @@ impl PersistentVolumeController {
         Ok(Action::AwaitChange)
     }
 
-    async fn set_volume_phase(&self, v: &PersistentVolume, phase: &str) -> Result<PersistentVolume, skiff_runtime::api::ApiError> {
+    async fn set_volume_phase(
+        &self,
+        v: &PersistentVolume,
+        phase: &str,
+    ) -> Result<PersistentVolume, skiff_runtime::api::ApiError> {
         if volume_phase(v) == phase {
             return Ok(v.clone());
         }
@@ -297,7 +301,12 @@ impl PersistentVolumeController {
             }
             let class = claim_class(c);
             if delay {
-                self.recorder.event_for(c, "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding");
+                self.recorder.event_for(
+                    c,
+                    "Normal",
+                    "WaitForFirstConsumer",
+                    "waiting for first consumer to be created before binding",
+                );
             } else if !class.is_empty() {
                 return self.provision_claim(c, class).await;
             } else {
@@ -314,13 +323,19 @@ impl PersistentVolumeController {
         let Some(v) = self.volumes.store().get(wanted) else {
             return self.set_claim_phase(c, "Pending").await;
         };
-        let bound_elsewhere = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some() && !is_volume_bound_to_claim(&v, c);
+        let bound_elsewhere =
+            v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some() && !is_volume_bound_to_claim(&v, c);
         if bound_elsewhere {
             self.recorder.event_for(c, "Warning", "FailedBinding", "volume is already bound to a different claim.");
             return self.set_claim_phase(c, "Pending").await;
         }
         if let Some(why) = volume_mismatch(&v, c) {
-            self.recorder.event_for(c, "Warning", "VolumeMismatch", &format!("Cannot bind to requested volume {wanted:?}: {why}"));
+            self.recorder.event_for(
+                c,
+                "Warning",
+                "VolumeMismatch",
+                &format!("Cannot bind to requested volume {wanted:?}: {why}"),
+            );
             return self.set_claim_phase(c, "Pending").await;
         }
         self.bind(&v, c).await
@@ -359,15 +374,30 @@ impl PersistentVolumeController {
     async fn sync_bound_claim(&self, c: &PersistentVolumeClaim) -> ReconcileResult {
         let name = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()).unwrap_or("");
         if name.is_empty() {
-            return self.claim_lost(c, "ClaimLost", "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!").await;
+            return self
+                .claim_lost(
+                    c,
+                    "ClaimLost",
+                    "Bound claim has lost reference to PersistentVolume. Data on the volume is lost!",
+                )
+                .await;
         }
         let Some(v) = self.volumes.store().get(name) else {
-            return self.claim_lost(c, "ClaimLost", "Bound claim has lost its PersistentVolume. Data on the volume is lost!").await;
+            return self
+                .claim_lost(c, "ClaimLost", "Bound claim has lost its PersistentVolume. Data on the volume is lost!")
+                .await;
         };
         match v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
             None => self.bind(&v, c).await,
             Some(_) if is_volume_bound_to_claim(&v, c) => self.bind(&v, c).await,
-            Some(_) => self.claim_lost(c, "ClaimMisbound", "Two claims are bound to the same volume, this one is bound incorrectly").await,
+            Some(_) => {
+                self.claim_lost(
+                    c,
+                    "ClaimMisbound",
+                    "Two claims are bound to the same volume, this one is bound incorrectly",
+                )
+                .await
+            }
         }
     }
 
@@ -383,7 +413,9 @@ impl PersistentVolumeController {
     async fn bind(&self, v: &PersistentVolume, c: &PersistentVolumeClaim) -> ReconcileResult {
         // bindVolumeToClaim.
         let mut v = v.clone();
-        if !is_volume_bound_to_claim(&v, c) || v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).and_then(|r| r.uid.as_ref()).is_none() {
+        if !is_volume_bound_to_claim(&v, c)
+            || v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).and_then(|r| r.uid.as_ref()).is_none()
+        {
             let spec = v.spec.get_or_insert_with(Default::default);
             if spec.claim_ref.is_none() {
                 set_annotation(&mut v.metadata, ANN_BOUND_BY_CONTROLLER, "yes");
@@ -432,7 +464,8 @@ impl PersistentVolumeController {
             self.set_volume_phase(&v, "Available").await?;
             return Ok(Action::AwaitChange);
         };
-        let claim_key = format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name.as_deref().unwrap_or_default());
+        let claim_key =
+            format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name.as_deref().unwrap_or_default());
         let Some(uid) = r.uid.as_deref().filter(|u| !u.is_empty()) else {
             // Pre-bound by the user: Available until its claim binds.
             self.set_volume_phase(&v, "Available").await?;

@@ -72,7 +72,8 @@ impl Env {
         let api = Arc::new(FakeApi::new());
         let factory = SharedInformerFactory::for_tests();
         let recorder = EventRecorder::recording("persistentvolume-controller");
-        let controller = PersistentVolumeController::new(api.clone(), &factory, Arc::new(WorkQueue::new()), recorder.clone());
+        let controller =
+            PersistentVolumeController::new(api.clone(), &factory, Arc::new(WorkQueue::new()), recorder.clone());
         Self { api, factory, controller, recorder }
     }
 
@@ -205,7 +206,10 @@ async fn a_named_volume_too_small_is_a_mismatch_and_the_claim_stays_pending() {
     env.claim(&named);
     env.controller.sync_claim("ns/named").await.unwrap();
     assert!(env.api.mutation_summaries().is_empty());
-    assert_eq!(env.events(), ["Warning VolumeMismatch Cannot bind to requested volume \"tiny\": requested PV is too small"]);
+    assert_eq!(
+        env.events(),
+        ["Warning VolumeMismatch Cannot bind to requested volume \"tiny\": requested PV is too small"]
+    );
 }
 
 #[tokio::test]
@@ -240,7 +244,10 @@ async fn a_bound_claim_whose_volume_is_gone_is_lost() {
     env.claim(&c);
     env.controller.sync_claim("ns/data").await.unwrap();
     assert_eq!(cphase(&env.stored_claim("data")), "Lost");
-    assert_eq!(env.events(), ["Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"]);
+    assert_eq!(
+        env.events(),
+        ["Warning ClaimLost Bound claim has lost its PersistentVolume. Data on the volume is lost!"]
+    );
 }
 
 #[tokio::test]

@@ -75,11 +75,21 @@ impl ResourceEventHandler<PersistentVolume> for VolumeHandler {
     fn on_add(&self, v: &Arc<PersistentVolume>) {
         self.queue.add(format!("volume:{}", key_of(v.as_ref())));
         // Kubernetes finds a new volume's claim at its next periodic claim sync; skiff looks
-        // at the waiting claims now, so a claim made before its volume binds at once.
-        if v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_none_or(|r| r.uid.is_none()) {
-            for c in self.claims.store().list() {
-                if !is_bind_completed(&c) {
-                    self.queue.add(format!("claim:{}", key_of(c.as_ref())));
+        // at the claims it may serve now, so a claim made before its volume binds at once: the
+        // claim a claimRef names (provisioned and pre-bound volumes), else the waiting claims
+        // of the volume's class.
+        match v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+            Some(r) => self.queue.add(format!(
+                "claim:{}/{}",
+                r.namespace.as_deref().unwrap_or_default(),
+                r.name.as_deref().unwrap_or_default()
+            )),
+            None => {
+                let class = volume_class(v);
+                for c in self.claims.store().list() {
+                    if !is_bind_completed(&c) && claim_class(&c) == class {
+                        self.queue.add(format!("claim:{}", key_of(c.as_ref())));
+                    }
                 }
             }
         }

@@ -301,3 +301,22 @@ async fn a_volume_bound_to_a_live_claim_stays_bound() {
     env.controller.sync_volume("v").await.unwrap();
     assert!(env.api.mutation_summaries().is_empty());
 }
+
+#[tokio::test]
+async fn a_new_volume_queues_the_waiting_claims_of_its_class_or_the_claim_it_names() {
+    let api = Arc::new(FakeApi::new());
+    let factory = SharedInformerFactory::for_tests();
+    let queue = Arc::new(WorkQueue::new());
+    let _c = PersistentVolumeController::new(api, &factory, queue.clone(), EventRecorder::recording("pv"));
+    let claims = factory.informer::<PersistentVolumeClaim>();
+    claims.handle_event(Event::Apply(claim("manual", "1Gi", "")));
+    claims.handle_event(Event::Apply(claim("fast", "1Gi", "fast")));
+    skiff_runtime::fake::drain_queue(&queue).await;
+
+    let volumes = factory.informer::<PersistentVolume>();
+    volumes.handle_event(Event::Apply(volume("v", "1Gi", "", "Available")));
+    assert_eq!(skiff_runtime::fake::drain_queue(&queue).await, ["volume:v", "claim:ns/manual"]);
+    let other = claim("other", "1Gi", "fast");
+    volumes.handle_event(Event::Apply(bound_to(volume("w", "1Gi", "fast", "Available"), &other)));
+    assert_eq!(skiff_runtime::fake::drain_queue(&queue).await, ["volume:w", "claim:ns/other"]);
+}

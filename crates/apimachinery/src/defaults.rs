@@ -73,6 +73,17 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
                 set_str(m, "volumeBindingMode", "Immediate");
             }
         }
+        ("storage.k8s.io", "CSIDriver") => {
+            // SetDefaults_CSIDriverSpec (storage/v1, Kubernetes 1.33).
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                set(spec, "attachRequired", json!(true));
+                set(spec, "podInfoOnMount", json!(false));
+                set(spec, "storageCapacity", json!(false));
+                set(spec, "requiresRepublish", json!(false));
+                set_str(spec, "fsGroupPolicy", "ReadWriteOnceWithFSType");
+                set(spec, "volumeLifecycleModes", json!(["Persistent"]));
+            }
+        }
         ("scheduling.k8s.io", "PriorityClass") => {
             if let Some(m) = obj.as_object_mut() {
                 set_str(m, "preemptionPolicy", "PreemptLowerPriority");
@@ -632,6 +643,33 @@ mod tests {
         };
         assert_eq!(again, obj);
         obj
+    }
+
+    #[test]
+    fn storage_classes_csi_drivers_and_persistent_volumes_get_kubernetes_defaults() {
+        check(
+            "storage.k8s.io/v1",
+            "StorageClass",
+            json!({"metadata": {"name": "fast"}, "provisioner": "example.com/disk"}),
+            &[("/reclaimPolicy", json!("Delete")), ("/volumeBindingMode", json!("Immediate"))],
+        );
+        check(
+            "storage.k8s.io/v1",
+            "CSIDriver",
+            json!({"metadata": {"name": "disk.example.com"}, "spec": {"attachRequired": false}}),
+            &[
+                ("/spec/attachRequired", json!(false)),
+                ("/spec/podInfoOnMount", json!(false)),
+                ("/spec/fsGroupPolicy", json!("ReadWriteOnceWithFSType")),
+                ("/spec/volumeLifecycleModes", json!(["Persistent"])),
+            ],
+        );
+        check(
+            "v1",
+            "PersistentVolume",
+            json!({"metadata": {"name": "v"}, "spec": {"capacity": {"storage": "1Gi"}}}),
+            &[("/spec/persistentVolumeReclaimPolicy", json!("Retain")), ("/spec/volumeMode", json!("Filesystem"))],
+        );
     }
 
     #[test]

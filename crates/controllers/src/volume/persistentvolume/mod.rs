@@ -265,6 +265,19 @@ impl PersistentVolumeController {
         if name.is_empty() { None } else { self.classes.store().get(name) }
     }
 
+    /// `GetDefaultClass`: the newest class marked default (the first by name on a tie).
+    fn default_class(&self) -> Option<Arc<StorageClass>> {
+        let is_default = |c: &StorageClass| {
+            ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"]
+                .iter()
+                .any(|k| annotation(&c.metadata, k) == Some("true"))
+        };
+        self.classes.store().list().into_iter().filter(|c| is_default(c)).max_by(|a, b| {
+            let created = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(a).cmp(&created(b)).then_with(|| b.metadata.name.cmp(&a.metadata.name))
+        })
+    }
+
     /// `IsDelayBindingMode`: the claim's class binds on first consumer and no node is chosen.
     fn delay_binding(&self, c: &PersistentVolumeClaim) -> bool {
         self.class(claim_class(c)).is_some_and(|cl| cl.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"))
@@ -308,6 +321,17 @@ impl PersistentVolumeController {
             if let Some(v) = find_matching_volume(c, volumes.iter().map(|v| v.as_ref()), delay) {
                 let v = v.clone();
                 return self.bind(&v, c).await;
+            }
+            // Retroactive default StorageClass assignment (GA in 1.28): a claim made before any
+            // default class existed gets the default now, and is synced again.
+            if c.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()).is_none()
+                && annotation(&c.metadata, "volume.beta.kubernetes.io/storage-class").is_none()
+                && let Some(default) = self.default_class()
+            {
+                let mut fresh = c.clone();
+                fresh.spec.get_or_insert_with(Default::default).storage_class_name = default.metadata.name.clone();
+                self.api.update_typed(&fresh).await?;
+                return Ok(Action::AwaitChange);
             }
             let class = claim_class(c);
             if delay {

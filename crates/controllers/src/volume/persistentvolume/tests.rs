@@ -320,3 +320,40 @@ async fn a_new_volume_queues_the_waiting_claims_of_its_class_or_the_claim_it_nam
     volumes.handle_event(Event::Apply(bound_to(volume("w", "1Gi", "fast", "Available"), &other)));
     assert_eq!(skiff_runtime::fake::drain_queue(&queue).await, ["volume:w", "claim:ns/other"]);
 }
+
+fn default_class() -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some("local-path".into()),
+            annotations: Some(BTreeMap::from([(
+                "storageclass.kubernetes.io/is-default-class".to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        },
+        provisioner: "skiff.io/local-path".into(),
+        volume_binding_mode: Some("WaitForFirstConsumer".into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_claim_without_a_class_gets_a_default_class_made_after_it() {
+    let env = Env::new();
+    let mut c = claim("data", "1Gi", "");
+    c.spec.as_mut().unwrap().storage_class_name = None;
+    env.claim(&c);
+    env.controller.sync_claim("ns/data").await.unwrap();
+    assert!(env.api.mutation_summaries().is_empty(), "no default class yet");
+
+    env.factory.informer::<StorageClass>().handle_event(Event::Apply(default_class()));
+    env.controller.sync_claim("ns/data").await.unwrap();
+    assert_eq!(env.stored_claim("data").spec.unwrap().storage_class_name.as_deref(), Some("local-path"));
+
+    // A claim that asked for no class ("") keeps it.
+    let env = Env::new();
+    env.factory.informer::<StorageClass>().handle_event(Event::Apply(default_class()));
+    env.claim(&claim("none", "1Gi", ""));
+    env.controller.sync_claim("ns/none").await.unwrap();
+    assert!(env.api.mutation_summaries().is_empty());
+}

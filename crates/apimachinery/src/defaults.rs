@@ -448,11 +448,23 @@ fn default_job_spec(spec: &mut Map<String, Value>) {
         }
         _ => {}
     }
-    set(spec, "backoffLimit", json!(6));
+    // With a per-index limit the global one stops mattering unless set (`SetDefaults_Job`).
+    let per_index = spec.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null());
+    set(spec, "backoffLimit", json!(if per_index { i32::MAX } else { 6 }));
     set_str(spec, "completionMode", "NonIndexed");
     set(spec, "suspend", json!(false));
-    if spec.get("podFailurePolicy").is_none_or(Value::is_null) {
-        set_str(spec, "podReplacementPolicy", "TerminatingOrFailed");
+    match spec.get_mut("podFailurePolicy").filter(|v| !v.is_null()) {
+        None => set_str(spec, "podReplacementPolicy", "TerminatingOrFailed"),
+        Some(pfp) => {
+            for rule in pfp.get_mut("rules").and_then(Value::as_array_mut).into_iter().flatten() {
+                for pattern in rule.get_mut("onPodConditions").and_then(Value::as_array_mut).into_iter().flatten() {
+                    if let Some(p) = pattern.as_object_mut() {
+                        set_str(p, "status", "True");
+                    }
+                }
+            }
+            set_str(spec, "podReplacementPolicy", "Failed");
+        }
     }
     if let Some(t) = spec.get_mut("template") {
         default_pod_template(t);

@@ -2,7 +2,8 @@
 //!
 //! [`validate`] returns [`Cause`]s shaped like `field.Error`s rendered into a `metav1.StatusCause`:
 //! `reason` is the cause type (`FieldValueRequired`, `FieldValueInvalid`, `FieldValueNotSupported`,
-//! `FieldValueDuplicate`, `FieldValueForbidden`, `FieldValueTooLong`, `FieldValueNotFound`),
+//! `FieldValueDuplicate`, `FieldValueForbidden`, `FieldValueTooLong`, `FieldValueTooMany`,
+//! `FieldValueNotFound`),
 //! `message` the error body (`Required value`, `Invalid value: "X": <detail>`, `Unsupported
 //! value: "X": supported values: "a", "b"`...), `field` the path as kubectl prints it
 //! (`spec.template.spec.containers[0].image`, `data[key]`).
@@ -81,6 +82,14 @@ impl Errs {
     /// `Invalid value: <already rendered value>: detail` (Go `%#v` of maps and structs).
     fn invalid_raw(&mut self, field: &str, rendered: &str, detail: &str) {
         self.0.push(cause("FieldValueInvalid", field, format!("Invalid value: {rendered}: {detail}")));
+    }
+    /// `field.Invalid(path, field.OmitValueType{}, detail)`: the message names no value.
+    fn invalid_omitted(&mut self, field: &str, detail: &str) {
+        self.0.push(cause("FieldValueInvalid", field, format!("Invalid value: {detail}")));
+    }
+    /// `field.TooMany(path, actual, max)`.
+    fn too_many(&mut self, field: &str, actual: usize, max: usize) {
+        self.0.push(cause("FieldValueTooMany", field, format!("Too many: {actual}: must have at most {max} items")));
     }
     fn not_supported(&mut self, field: &str, value: &Value, supported: &[&str]) {
         let mut msg = format!("Unsupported value: {}", show(value));

@@ -9,19 +9,27 @@ use super::{
     validate_selector, validate_template,
 };
 
-/// `completionsHardLimit`: the most completions (and parallelism) of an Indexed Job.
-const INDEXED_COMPLETIONS_LIMIT: i64 = 100_000;
-/// `parallelismLimitForHighCompletions`: the most parallelism of an Indexed Job above
-/// [`INDEXED_COMPLETIONS_LIMIT`] completions.
-const INDEXED_HIGH_COMPLETIONS_PARALLELISM: i64 = 10_000;
+/// `maxParallelismForIndexedJob`: the most parallelism of an Indexed Job.
+const MAX_PARALLELISM_FOR_INDEXED_JOB: i64 = 100_000;
+/// `completionsSoftLimit`: above it, an Indexed Job with backoffLimitPerIndex needs tighter
+/// limits.
+const COMPLETIONS_SOFT_LIMIT: i64 = 100_000;
+/// `parallelismLimitForHighCompletions`.
+const PARALLELISM_LIMIT_FOR_HIGH_COMPLETIONS: i64 = 10_000;
+/// `maxFailedIndexesLimitForHighCompletions`.
+const MAX_FAILED_INDEXES_FOR_HIGH_COMPLETIONS: i64 = 10_000;
 /// `maxPodFailurePolicyRules`.
 const MAX_POD_FAILURE_POLICY_RULES: usize = 20;
-/// `maxFailedIndexesLimit`.
+/// `maxFailedIndexesForIndexedJob`.
 const MAX_FAILED_INDEXES: i64 = 100_000;
 /// `maxPodFailurePolicyOnExitCodesValues`.
 const MAX_EXIT_CODE_VALUES: usize = 255;
-/// `maxSuccessPolicyRules`.
+/// `maxPodFailurePolicyOnPodConditionsPatterns`.
+const MAX_ON_POD_CONDITIONS_PATTERNS: usize = 20;
+/// `maxSuccessPolicyRule`.
 const MAX_SUCCESS_POLICY_RULES: usize = 20;
+/// `maxJobSuccessPolicySucceededIndexesLimit`: the longest `succeededIndexes` string.
+const MAX_SUCCEEDED_INDEXES_LENGTH: usize = 64 * 1024;
 
 /// The label the generated selector uses (`batch.kubernetes.io/controller-uid`).
 pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
@@ -103,71 +111,83 @@ pub(super) fn validate_job_spec(e: &mut Errs, spec: &Value) {
             }
         },
     };
+    let non_indexed = spec.get("completionMode").and_then(Value::as_str).is_none_or(|m| m == "NonIndexed");
     let completions = int(spec, "completions");
     let parallelism = int(spec, "parallelism");
-    if indexed {
-        match completions {
-            None => e.required("spec.completions", "when completion mode is Indexed"),
-            Some(c) if c > INDEXED_COMPLETIONS_LIMIT && int(spec, "backoffLimitPerIndex").is_some() => e.invalid(
-                "spec.completions",
-                &Value::from(c),
-                &format!(
-                    "must be less than or equal to {INDEXED_COMPLETIONS_LIMIT} when backoffLimitPerIndex is specified"
-                ),
-            ),
-            _ => {}
-        }
-        if let Some(p) = parallelism
-            && p > INDEXED_COMPLETIONS_LIMIT
-        {
-            e.invalid(
-                "spec.parallelism",
-                &Value::from(p),
-                &format!("must be less than or equal to {INDEXED_COMPLETIONS_LIMIT} when completion mode is Indexed"),
-            );
-        }
-        if let (Some(c), Some(p)) = (completions, parallelism)
-            && c > INDEXED_COMPLETIONS_LIMIT
-            && p > INDEXED_HIGH_COMPLETIONS_PARALLELISM
-        {
-            e.invalid(
-                "spec.parallelism",
-                &Value::from(p),
-                &format!(
-                    "must be less than or equal to {INDEXED_HIGH_COMPLETIONS_PARALLELISM} when completions are above {INDEXED_COMPLETIONS_LIMIT} and used with backoff limit per index"
-                ),
-            );
-        }
-    }
     let per_index = int(spec, "backoffLimitPerIndex");
-    if let Some(b) = per_index {
-        e.non_negative("spec.backoffLimitPerIndex", Some(&Value::from(b)));
-        if !indexed {
-            e.forbidden("spec.backoffLimitPerIndex", "requires indexed completion mode");
-        }
-    }
-    if let Some(m) = int(spec, "maxFailedIndexes") {
+    let max_failed = int(spec, "maxFailedIndexes");
+    e.non_negative("spec.backoffLimitPerIndex", spec.get("backoffLimitPerIndex"));
+    if let Some(m) = max_failed {
+        e.non_negative("spec.maxFailedIndexes", Some(&Value::from(m)));
         if per_index.is_none() {
             e.required("spec.backoffLimitPerIndex", "when maxFailedIndexes is specified");
         }
-        if m < 0 {
-            e.invalid("spec.maxFailedIndexes", &Value::from(m), "must be greater than or equal to 0");
-        } else if m > MAX_FAILED_INDEXES {
+    }
+    if indexed {
+        if completions.is_none() {
+            e.required("spec.completions", "when completion mode is Indexed");
+        }
+        if let Some(p) = parallelism
+            && p > MAX_PARALLELISM_FOR_INDEXED_JOB
+        {
+            e.invalid(
+                "spec.parallelism",
+                &Value::from(p),
+                &format!(
+                    "must be less than or equal to {MAX_PARALLELISM_FOR_INDEXED_JOB} when completion mode is Indexed"
+                ),
+            );
+        }
+        if let (Some(c), Some(m)) = (completions, max_failed)
+            && m > c
+        {
+            e.invalid("spec.maxFailedIndexes", &Value::from(m), "must be less than or equal to completions");
+        }
+        if let Some(m) = max_failed
+            && m > MAX_FAILED_INDEXES
+        {
             e.invalid(
                 "spec.maxFailedIndexes",
                 &Value::from(m),
                 &format!("must be less than or equal to {MAX_FAILED_INDEXES}"),
             );
-        } else if let Some(c) = completions
-            && m > c
-        {
-            e.invalid("spec.maxFailedIndexes", &Value::from(m), "must be less than or equal to completions");
+        }
+        if completions.is_some_and(|c| c > COMPLETIONS_SOFT_LIMIT) && per_index.is_some() {
+            let high =
+                format!("when completions are above {COMPLETIONS_SOFT_LIMIT} and used with backoff limit per index");
+            match max_failed {
+                None => e.required(
+                    "spec.maxFailedIndexes",
+                    &format!("must be specified when completions is above {COMPLETIONS_SOFT_LIMIT}"),
+                ),
+                Some(m) if m > MAX_FAILED_INDEXES_FOR_HIGH_COMPLETIONS => e.invalid(
+                    "spec.maxFailedIndexes",
+                    &Value::from(m),
+                    &format!("must be less than or equal to {MAX_FAILED_INDEXES_FOR_HIGH_COMPLETIONS} {high}"),
+                ),
+                Some(_) => {}
+            }
+            if let Some(p) = parallelism
+                && p > PARALLELISM_LIMIT_FOR_HIGH_COMPLETIONS
+            {
+                e.invalid(
+                    "spec.parallelism",
+                    &Value::from(p),
+                    &format!("must be less than or equal to {PARALLELISM_LIMIT_FOR_HIGH_COMPLETIONS} {high}"),
+                );
+            }
+        }
+    } else if non_indexed {
+        if let Some(b) = per_index {
+            e.invalid("spec.backoffLimitPerIndex", &Value::from(b), "requires indexed completion mode");
+        }
+        if let Some(m) = max_failed {
+            e.invalid("spec.maxFailedIndexes", &Value::from(m), "requires indexed completion mode");
         }
     }
-    let restart = s(spec.pointer("/template/spec").unwrap_or(&Value::Null), "restartPolicy");
     let pfp = spec.get("podFailurePolicy").filter(|v| !v.is_null());
     if let Some(pfp) = pfp {
-        validate_pod_failure_policy(e, pfp, restart, per_index.is_some());
+        validate_pod_failure_policy(e, spec, pfp, per_index.is_some());
     }
     if let Some(p) = spec.get("podReplacementPolicy").filter(|v| !v.is_null()) {
         match p.as_str() {
@@ -182,91 +202,108 @@ pub(super) fn validate_job_spec(e: &mut Errs, spec: &Value) {
     }
 }
 
-fn validate_pod_failure_policy(e: &mut Errs, pfp: &Value, restart: &str, per_index: bool) {
-    if restart != "Never" {
+/// `validatePodFailurePolicy` and its rules.
+fn validate_pod_failure_policy(e: &mut Errs, spec: &Value, pfp: &Value, per_index: bool) {
+    let template = spec.pointer("/template/spec").unwrap_or(&Value::Null);
+    if s(template, "restartPolicy") == "OnFailure" {
         e.invalid_str(
             "spec.template.spec.restartPolicy",
-            restart,
+            "OnFailure",
             "only \"Never\" is supported when podFailurePolicy is specified",
         );
     }
     let rules = arr(pfp, "rules");
     if rules.len() > MAX_POD_FAILURE_POLICY_RULES {
-        e.0.push(super::cause(
-            "FieldValueTooMany",
-            "spec.podFailurePolicy.rules",
-            format!("Too many: {}: must have at most {MAX_POD_FAILURE_POLICY_RULES} items", rules.len()),
-        ));
+        e.too_many("spec.podFailurePolicy.rules", rules.len(), MAX_POD_FAILURE_POLICY_RULES);
     }
+    let containers: Vec<&str> =
+        arr(template, "containers").iter().chain(arr(template, "initContainers")).map(|c| s(c, "name")).collect();
     for (i, rule) in rules.iter().enumerate() {
         let p = index("spec.podFailurePolicy.rules", i);
         let action = rule.get("action").cloned().unwrap_or(Value::Null);
         match action.as_str() {
-            Some("FailJob" | "Ignore" | "Count") => {}
-            Some("FailIndex") if per_index => {}
-            Some("FailIndex") => e.forbidden(&child(&p, "action"), "requires the backoffLimitPerIndex to be set"),
-            None | Some("") => e.required(&child(&p, "action"), ""),
+            None | Some("") => {
+                e.required(&child(&p, "action"), r#"valid values: ["Count" "FailIndex" "FailJob" "Ignore"]"#)
+            }
+            Some("FailIndex") if !per_index => {
+                e.invalid(&child(&p, "action"), &action, "requires the backoffLimitPerIndex to be set")
+            }
+            Some("FailJob" | "Ignore" | "Count" | "FailIndex") => {}
             _ => e.not_supported(&child(&p, "action"), &action, &["Count", "FailIndex", "FailJob", "Ignore"]),
         }
         let codes = rule.get("onExitCodes").filter(|v| !v.is_null());
-        let conds = rule.get("onPodConditions").filter(|v| v.as_array().is_some_and(|a| !a.is_empty()));
-        match (codes, conds) {
-            (Some(_), Some(_)) | (None, None) => e.invalid_raw(
-                &p,
-                if codes.is_some() { "[onExitCodes onPodConditions]" } else { "[]" },
-                "specifying one of OnExitCodes and OnPodConditions is required",
-            ),
-            _ => {}
-        }
+        let conds = arr(rule, "onPodConditions");
         if let Some(c) = codes {
-            validate_on_exit_codes(e, c, &child(&p, "onExitCodes"));
+            validate_on_exit_codes(e, c, &child(&p, "onExitCodes"), &containers);
         }
-        for (j, pattern) in arr(rule, "onPodConditions").iter().enumerate() {
+        if conds.len() > MAX_ON_POD_CONDITIONS_PATTERNS {
+            e.too_many(&child(&p, "onPodConditions"), conds.len(), MAX_ON_POD_CONDITIONS_PATTERNS);
+        }
+        for (j, pattern) in conds.iter().enumerate() {
             let pp = index(&child(&p, "onPodConditions"), j);
-            if s(pattern, "type").is_empty() {
-                e.required(&child(&pp, "type"), "");
-            }
+            let type_ = s(pattern, "type");
+            e.names(&child(&pp, "type"), type_, crate::names::is_qualified_name(type_));
             let st = pattern.get("status").cloned().unwrap_or(Value::Null);
-            if !matches!(st.as_str(), Some("True" | "False" | "Unknown")) {
-                e.not_supported(&child(&pp, "status"), &st, &["False", "True", "Unknown"]);
+            match st.as_str() {
+                None | Some("") => e.required(&child(&pp, "status"), r#"valid values: ["False" "True" "Unknown"]"#),
+                Some("True" | "False" | "Unknown") => {}
+                _ => e.not_supported(&child(&pp, "status"), &st, &["False", "True", "Unknown"]),
             }
+        }
+        match (codes.is_some(), !conds.is_empty()) {
+            (true, true) => e.invalid_omitted(&p, "specifying both OnExitCodes and OnPodConditions is not supported"),
+            (false, false) => e.invalid_omitted(&p, "specifying one of OnExitCodes and OnPodConditions is required"),
+            _ => {}
         }
     }
 }
 
-fn validate_on_exit_codes(e: &mut Errs, c: &Value, p: &str) {
+/// `validatePodFailurePolicyRuleOnExitCodes`.
+fn validate_on_exit_codes(e: &mut Errs, c: &Value, p: &str, containers: &[&str]) {
     let op = c.get("operator").cloned().unwrap_or(Value::Null);
-    if !matches!(op.as_str(), Some("In" | "NotIn")) {
-        e.not_supported(&child(p, "operator"), &op, &["In", "NotIn"]);
+    match op.as_str() {
+        None | Some("") => e.required(&child(p, "operator"), r#"valid values: ["In" "NotIn"]"#),
+        Some("In" | "NotIn") => {}
+        _ => e.not_supported(&child(p, "operator"), &op, &["In", "NotIn"]),
+    }
+    if let Some(name) = c.get("containerName").and_then(Value::as_str)
+        && !containers.contains(&name)
+    {
+        e.invalid_str(
+            &child(p, "containerName"),
+            name,
+            "must be one of the container or initContainer names in the pod template",
+        );
     }
     let values: Vec<i64> = arr(c, "values").iter().filter_map(Value::as_i64).collect();
     let vp = child(p, "values");
+    let rendered = format!("[]int32{{{}}}", values.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "));
     if values.is_empty() {
-        e.invalid_raw(&vp, "[]int32{}", "at least one value is required");
+        e.invalid_raw(&vp, &rendered, "at least one value is required");
+    } else if values.len() > MAX_EXIT_CODE_VALUES {
+        e.too_many(&vp, values.len(), MAX_EXIT_CODE_VALUES);
     }
-    if values.len() > MAX_EXIT_CODE_VALUES {
-        e.0.push(super::cause(
-            "FieldValueTooMany",
-            &vp,
-            format!("Too many: {}: must have at most {MAX_EXIT_CODE_VALUES} items", values.len()),
-        ));
-    }
+    let mut seen = std::collections::BTreeSet::new();
     for (i, v) in values.iter().enumerate() {
-        if i > 0 && values[i - 1] == *v {
-            e.duplicate(&index(&vp, i), &Value::from(*v));
-        } else if i > 0 && values[i - 1] > *v {
-            e.invalid(&index(&vp, i), &Value::from(*v), "must be ordered");
-        }
         if op.as_str() == Some("In") && *v == 0 {
             e.invalid(&index(&vp, i), &Value::from(0), "must not be 0 for the In operator");
         }
+        if !seen.insert(*v) {
+            e.duplicate(&index(&vp, i), &Value::from(*v));
+        }
+    }
+    if values.windows(2).any(|w| w[0] > w[1]) {
+        e.invalid_raw(&vp, &rendered, "must be ordered");
     }
 }
 
+/// `validateSuccessPolicy`: only for Indexed Jobs; each rule names indexes, a count or both.
 fn validate_success_policy(e: &mut Errs, sp: &Value, indexed: bool, completions: Option<i64>) {
     if !indexed {
-        e.invalid_raw("spec.successPolicy", "\"object\"", "requires indexed completion mode");
+        e.invalid_raw("spec.successPolicy", &go_success_policy(sp), "requires indexed completion mode");
+        return;
     }
+    let completions = completions.unwrap_or(0);
     let rules = arr(sp, "rules");
     if rules.is_empty() {
         e.required(
@@ -275,11 +312,7 @@ fn validate_success_policy(e: &mut Errs, sp: &Value, indexed: bool, completions:
         );
     }
     if rules.len() > MAX_SUCCESS_POLICY_RULES {
-        e.0.push(super::cause(
-            "FieldValueTooMany",
-            "spec.successPolicy.rules",
-            format!("Too many: {}: must have at most {MAX_SUCCESS_POLICY_RULES} items", rules.len()),
-        ));
+        e.too_many("spec.successPolicy.rules", rules.len(), MAX_SUCCESS_POLICY_RULES);
     }
     for (i, rule) in rules.iter().enumerate() {
         let p = index("spec.successPolicy.rules", i);
@@ -288,60 +321,99 @@ fn validate_success_policy(e: &mut Errs, sp: &Value, indexed: bool, completions:
         if indexes.is_none() && count.is_none() {
             e.required(&p, "at least one of succeededCount or succeededIndexes must be specified");
         }
-        let mut listed = None;
+        let mut listed = 0;
         if let Some(ix) = indexes {
-            match parse_indexes(ix, completions.unwrap_or(0)) {
-                Ok(n) => listed = Some(n),
-                Err(msg) => e.invalid_str(&child(&p, "succeededIndexes"), ix, &msg),
+            let ip = child(&p, "succeededIndexes");
+            if ix.len() > MAX_SUCCEEDED_INDEXES_LENGTH {
+                e.too_long(&ip, MAX_SUCCEEDED_INDEXES_LENGTH);
+            }
+            match parse_indexes(ix, completions) {
+                Ok(n) => listed = n,
+                Err(msg) => e.invalid_str(&ip, ix, &format!("error parsing succeededIndexes: {msg}")),
             }
         }
         if let Some(n) = count {
             let cp = child(&p, "succeededCount");
-            if n < 0 {
-                e.invalid(&cp, &Value::from(n), "must be greater than or equal to 0");
-            } else if let Some(c) = completions
-                && n > c
-            {
+            e.non_negative(&cp, Some(&Value::from(n)));
+            if n > completions {
                 e.invalid(
                     &cp,
                     &Value::from(n),
-                    &format!("must be less than or equal to {c} (the number of specified completions)"),
+                    &format!("must be less than or equal to {completions} (the number of specified completions)"),
                 );
-            } else if let Some(l) = listed
-                && n > l
-            {
+            }
+            if indexes.is_some() && n > listed {
                 e.invalid(
                     &cp,
                     &Value::from(n),
-                    &format!("must be less than or equal to {l} (the number of indexes in the specified succeededIndexes field)"),
+                    &format!(
+                        "must be less than or equal to {listed} (the number of indexes in the specified succeededIndexes field)"
+                    ),
                 );
             }
         }
     }
 }
 
-/// Parses a `succeededIndexes`/`completedIndexes` string (`1,3-5,7`): ascending, non-overlapping
-/// intervals below `completions` → the number of indexes it names.
+/// A successPolicy as Go's `%#v` prints it in an Invalid value.
+fn go_success_policy(sp: &Value) -> String {
+    let rules: Vec<String> = arr(sp, "rules")
+        .iter()
+        .map(|r| {
+            let ptr = |v: Option<&Value>| if v.is_some_and(|v| !v.is_null()) { "(ptr)" } else { "nil" };
+            format!(
+                "batch.SuccessPolicyRule{{SucceededIndexes:{}, SucceededCount:{}}}",
+                ptr(r.get("succeededIndexes")),
+                ptr(r.get("succeededCount"))
+            )
+        })
+        .collect();
+    format!("batch.SuccessPolicy{{Rules:[]batch.SuccessPolicyRule{{{}}}}}", rules.join(", "))
+}
+
+/// `validateIndexesFormat`: parses a `succeededIndexes`/`completedIndexes` string (`1,3-5,7`)
+/// of ascending, non-overlapping intervals below `completions` into the number of indexes it
+/// names.
+///
+/// # Errors
+/// Kubernetes' message for the first malformed, too large or out-of-order interval.
 pub fn parse_indexes(text: &str, completions: i64) -> Result<i64, String> {
-    let mut last: i64 = -1;
+    if text.is_empty() {
+        return Ok(0);
+    }
+    let mut last: Option<i64> = None;
     let mut total = 0;
     for part in text.split(',') {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a, b),
-            None => (part, part),
+        let limits: Vec<&str> = part.split('-').collect();
+        if limits.len() > 2 {
+            return Err(format!(
+                "the fragment {part:?} violates the requirement that an index interval can have at most two parts separated by '-'"
+            ));
+        }
+        let parse = |s: &str| -> Result<i64, String> {
+            let n: i64 = s.parse().map_err(|_| format!("cannot convert string to integer for index: {s:?}"))?;
+            if n >= completions {
+                return Err(format!("too large index: {s:?}"));
+            }
+            Ok(n)
         };
-        let a: i64 = a.parse().map_err(|_| format!("cannot convert string to integer for index: {a:?}"))?;
-        let b: i64 = b.parse().map_err(|_| format!("cannot convert string to integer for index: {b:?}"))?;
-        if a > b {
-            return Err(format!("non-increasing order, previous: {a}, current: {b}"));
+        let a = parse(limits[0])?;
+        let b = match limits.get(1) {
+            Some(l) => {
+                let b = parse(l)?;
+                if a >= b {
+                    return Err(format!("non-increasing order, previous: {a}, current: {b}"));
+                }
+                b
+            }
+            None => a,
+        };
+        if let Some(l) = last
+            && l >= a
+        {
+            return Err(format!("non-increasing order, previous: {l}, current: {a}"));
         }
-        if a <= last {
-            return Err(format!("overlapping or non-increasing order, previous: {last}, current: {a}"));
-        }
-        if b >= completions {
-            return Err(format!("too large: {b}: must be less than completions: {completions}"));
-        }
-        last = b;
+        last = Some(b);
         total += b - a + 1;
     }
     Ok(total)
@@ -510,8 +582,117 @@ mod tests {
     fn a_success_policy_requires_indexed_mode_and_valid_indexes() {
         let sp = json!({"rules": [{"succeededIndexes": "0-9"}]});
         let f = fields(&job(json!({"completions": 3, "successPolicy": sp})), None);
-        assert!(f.contains(&"spec.successPolicy".to_string()), "{f:?}");
-        assert!(f.contains(&"spec.successPolicy.rules[0].succeededIndexes".to_string()), "{f:?}");
+        assert_eq!(f, ["spec.successPolicy"]);
+        let causes = validate(
+            "batch/v1",
+            "Job",
+            &job(json!({"completionMode": "Indexed", "completions": 3, "successPolicy": sp})),
+            None,
+        );
+        let cause = causes.iter().find(|c| c.field == "spec.successPolicy.rules[0].succeededIndexes").unwrap();
+        assert_eq!(cause.message, r#"Invalid value: "0-9": error parsing succeededIndexes: too large index: "9""#);
+    }
+
+    #[test]
+    fn a_success_policy_count_is_bounded_by_completions_and_its_indexes() {
+        let sp = json!({"rules": [{"succeededIndexes": "0,2", "succeededCount": 3}, {"succeededCount": 5}]});
+        let causes = validate(
+            "batch/v1",
+            "Job",
+            &job(json!({"completionMode": "Indexed", "completions": 4, "successPolicy": sp})),
+            None,
+        );
+        let messages: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        assert_eq!(
+            messages,
+            [
+                (
+                    "spec.successPolicy.rules[0].succeededCount",
+                    "Invalid value: 3: must be less than or equal to 2 (the number of indexes in the specified succeededIndexes field)"
+                ),
+                (
+                    "spec.successPolicy.rules[1].succeededCount",
+                    "Invalid value: 5: must be less than or equal to 4 (the number of specified completions)"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_failure_policy_rule_with_both_matchers_is_refused_with_kubernetes_message() {
+        let policy = json!({"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]},
+                                       "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]});
+        let causes = validate("batch/v1", "Job", &job(json!({"podFailurePolicy": policy})), None);
+        let messages: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        assert_eq!(
+            messages,
+            [(
+                "spec.podFailurePolicy.rules[0]",
+                "Invalid value: specifying both OnExitCodes and OnPodConditions is not supported"
+            )]
+        );
+    }
+
+    #[test]
+    fn exit_code_rules_name_a_template_container_and_list_ordered_unique_codes() {
+        let policy = json!({"rules": [
+            {"action": "Count", "onExitCodes": {"containerName": "sidecar", "operator": "In", "values": [0, 3, 2, 2]}},
+            {"action": "Ignore", "onExitCodes": {"values": []}},
+        ]});
+        let causes = validate("batch/v1", "Job", &job(json!({"podFailurePolicy": policy})), None);
+        let messages: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        let p = "spec.podFailurePolicy.rules";
+        assert_eq!(
+            messages,
+            [
+                (
+                    &*format!("{p}[0].onExitCodes.containerName"),
+                    r#"Invalid value: "sidecar": must be one of the container or initContainer names in the pod template"#
+                ),
+                (&*format!("{p}[0].onExitCodes.values[0]"), "Invalid value: 0: must not be 0 for the In operator"),
+                (&*format!("{p}[0].onExitCodes.values[3]"), "Duplicate value: 2"),
+                (&*format!("{p}[0].onExitCodes.values"), "Invalid value: []int32{0, 3, 2, 2}: must be ordered"),
+                (&*format!("{p}[1].onExitCodes.operator"), r#"Required value: valid values: ["In" "NotIn"]"#),
+                (&*format!("{p}[1].onExitCodes.values"), "Invalid value: []int32{}: at least one value is required"),
+            ]
+        );
+    }
+
+    #[test]
+    fn fail_index_requires_backoff_limit_per_index_and_conditions_need_a_known_status() {
+        let policy = json!({"rules": [{"action": "FailIndex",
+                                       "onPodConditions": [{"type": "DisruptionTarget", "status": "Maybe"}]}]});
+        let causes = validate("batch/v1", "Job", &job(json!({"podFailurePolicy": policy})), None);
+        let messages: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        assert_eq!(
+            messages,
+            [
+                (
+                    "spec.podFailurePolicy.rules[0].action",
+                    r#"Invalid value: "FailIndex": requires the backoffLimitPerIndex to be set"#
+                ),
+                (
+                    "spec.podFailurePolicy.rules[0].onPodConditions[0].status",
+                    r#"Unsupported value: "Maybe": supported values: "False", "True", "Unknown""#
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn max_failed_indexes_requires_indexed_mode_and_backoff_limit_per_index() {
+        let causes = validate("batch/v1", "Job", &job(json!({"maxFailedIndexes": 1})), None);
+        let messages: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        assert_eq!(
+            messages,
+            [
+                ("spec.backoffLimitPerIndex", "Required value: when maxFailedIndexes is specified"),
+                ("spec.maxFailedIndexes", "Invalid value: 1: requires indexed completion mode"),
+            ]
+        );
+        let too_many = job(json!({"completionMode": "Indexed", "completions": 2, "backoffLimitPerIndex": 1,
+                                  "maxFailedIndexes": 3}));
+        assert_eq!(fields(&too_many, None), ["spec.maxFailedIndexes"]);
     }
 
     #[test]
@@ -546,7 +727,8 @@ mod tests {
     #[test]
     fn indexes_parse_into_a_count() {
         assert_eq!(parse_indexes("0,2-4", 5), Ok(4));
-        assert!(parse_indexes("3,1", 5).is_err());
-        assert!(parse_indexes("0-5", 5).is_err());
+        assert_eq!(parse_indexes("3,1", 5), Err("non-increasing order, previous: 3, current: 1".into()));
+        assert_eq!(parse_indexes("0-5", 5), Err(r#"too large index: "5""#.into()));
+        assert!(parse_indexes("1-2-3", 5).unwrap_err().contains("at most two parts"));
     }
 }

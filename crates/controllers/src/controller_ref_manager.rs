@@ -76,13 +76,27 @@ pub async fn patch_owner_references(
     meta: &ObjectMeta,
     refs: Vec<OwnerReference>,
 ) -> Result<(), ApiError> {
-    let patch = json!({
+    patch_owner_references_and_finalizers(api, resource, meta, refs, None).await
+}
+
+/// [`patch_owner_references`], also setting the finalizers to `finalizers` when given.
+async fn patch_owner_references_and_finalizers(
+    api: &dyn ApiClient,
+    resource: &ApiResource,
+    meta: &ObjectMeta,
+    refs: Vec<OwnerReference>,
+    finalizers: Option<Vec<String>>,
+) -> Result<(), ApiError> {
+    let mut patch = json!({
         "metadata": {
             "ownerReferences": crate::garbagecollector::list_or_null(&refs),
             "resourceVersion": meta.resource_version,
             "uid": meta.uid,
         }
     });
+    if let Some(f) = finalizers {
+        patch["metadata"]["finalizers"] = json!(f);
+    }
     api.patch(
         resource,
         meta.namespace.as_deref(),
@@ -102,10 +116,28 @@ pub async fn adopt(
     meta: &ObjectMeta,
     controller_ref: &OwnerReference,
 ) -> Result<(), ApiError> {
+    adopt_with_finalizers(api, resource, meta, controller_ref, &[]).await
+}
+
+/// [`adopt`], also adding `finalizers` the object lacks in the same patch, as
+/// `PodControllerRefManager` does for the Job controller's tracking finalizer.
+pub async fn adopt_with_finalizers(
+    api: &dyn ApiClient,
+    resource: &ApiResource,
+    meta: &ObjectMeta,
+    controller_ref: &OwnerReference,
+    finalizers: &[&str],
+) -> Result<(), ApiError> {
     let mut refs: Vec<OwnerReference> =
         meta.owner_references.iter().flatten().filter(|r| r.uid != controller_ref.uid).cloned().collect();
     refs.push(controller_ref.clone());
-    patch_owner_references(api, resource, meta, refs).await
+    let mut have: Vec<String> = meta.finalizers.clone().unwrap_or_default();
+    let missing: Vec<&str> = finalizers.iter().copied().filter(|f| !have.iter().any(|h| h == f)).collect();
+    let finalizers = (!missing.is_empty()).then(|| {
+        have.extend(missing.into_iter().map(String::from));
+        have
+    });
+    patch_owner_references_and_finalizers(api, resource, meta, refs, finalizers).await
 }
 
 /// Removes the references to `owner_uid` (`ReleasePod`/`ReleaseReplicaSet`).
@@ -135,6 +167,29 @@ pub async fn claim<T, M, C, Fut>(
     meta_of: impl Fn(&T) -> &ObjectMeta,
     matches: M,
     can_adopt: C,
+) -> Result<Vec<T>, ApiError>
+where
+    M: Fn(&T) -> bool,
+    C: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), ApiError>>,
+{
+    claim_adding_finalizers(api, resource, claimant, candidates, meta_of, matches, can_adopt, &[]).await
+}
+
+/// [`claim`], adding `finalizers` to every adopted object ([`adopt_with_finalizers`]).
+///
+/// # Errors
+/// As [`claim`].
+#[allow(clippy::too_many_arguments)]
+pub async fn claim_adding_finalizers<T, M, C, Fut>(
+    api: &dyn ApiClient,
+    resource: &ApiResource,
+    claimant: &Claimant,
+    candidates: Vec<T>,
+    meta_of: impl Fn(&T) -> &ObjectMeta,
+    matches: M,
+    can_adopt: C,
+    finalizers: &[&str],
 ) -> Result<Vec<T>, ApiError>
 where
     M: Fn(&T) -> bool,
@@ -179,7 +234,7 @@ where
                     ));
                     continue;
                 }
-                match adopt(api, resource, meta, &claimant.controller_ref).await {
+                match adopt_with_finalizers(api, resource, meta, &claimant.controller_ref, finalizers).await {
                     Ok(()) => claimed.push(obj),
                     Err(e) if is_not_found(&e) => {}
                     Err(e) => {

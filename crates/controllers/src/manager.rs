@@ -299,7 +299,10 @@ async fn run_controllers(
             q.clone(),
             broadcaster.new_recorder(EventSource::component("job-controller")),
         );
+        // `syncOrphanPod` runs on its own queue, one worker, as in kube-controller-manager.
+        let orphans = c.orphan_pods().clone();
         pending.push(("job", q, c, config.concurrent_job_syncs, None));
+        pending.push(("job-orphan-pods", orphans.queue().clone(), orphans, 1, None));
     }
     if config.enabled("cronjob") {
         let q = queue("cronjob");

@@ -19,6 +19,55 @@ pub fn completion_index(pod: &Pod) -> Option<i32> {
     from(pod.metadata.annotations.as_ref()).or_else(|| from(pod.metadata.labels.as_ref())).filter(|i| *i >= 0)
 }
 
+/// The annotation counting the earlier failures of a pod's index that counted towards
+/// `backoffLimitPerIndex` (`JobIndexFailureCountAnnotation`).
+pub const JOB_INDEX_FAILURE_COUNT_ANNOTATION: &str = "batch.kubernetes.io/job-index-failure-count";
+/// The annotation counting the earlier failures of a pod's index that a pod failure policy
+/// ignored (`JobIndexIgnoredFailureCountAnnotation`).
+pub const JOB_INDEX_IGNORED_FAILURE_COUNT_ANNOTATION: &str = "batch.kubernetes.io/job-index-ignored-failure-count";
+
+fn annotation_count(pod: &Pod, key: &str) -> i32 {
+    // A missing, unparsable or negative value counts as 0, as `parseInt32` does.
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|n| *n >= 0)
+        .unwrap_or(0)
+}
+
+/// `getIndexFailureCount`: the counted failures of the pod's index before this pod.
+pub fn index_failure_count(pod: &Pod) -> i32 {
+    annotation_count(pod, JOB_INDEX_FAILURE_COUNT_ANNOTATION)
+}
+
+/// `getIndexAbsoluteFailureCount`: every failure of the pod's index before this pod, counted or
+/// ignored.
+pub fn index_absolute_failure_count(pod: &Pod) -> i32 {
+    index_failure_count(pod).saturating_add(annotation_count(pod, JOB_INDEX_IGNORED_FAILURE_COUNT_ANNOTATION))
+}
+
+/// `addIndexFailureCountAnnotation`: the failure counts a replacement of `replaced` (a failed pod
+/// of the same index, `counted` towards the limit or ignored) starts with; `(0, 0)` for an
+/// index's first pod.
+pub fn stamp_failure_counts(pod: &mut Pod, replaced: Option<(&Pod, bool)>) {
+    let (failed, ignored) = match replaced {
+        None => (0, 0),
+        Some((p, true)) => {
+            (index_failure_count(p) + 1, annotation_count(p, JOB_INDEX_IGNORED_FAILURE_COUNT_ANNOTATION))
+        }
+        Some((p, false)) => {
+            (index_failure_count(p), annotation_count(p, JOB_INDEX_IGNORED_FAILURE_COUNT_ANNOTATION) + 1)
+        }
+    };
+    let annotations = pod.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(JOB_INDEX_FAILURE_COUNT_ANNOTATION.into(), failed.to_string());
+    if ignored > 0 {
+        annotations.insert(JOB_INDEX_IGNORED_FAILURE_COUNT_ANNOTATION.into(), ignored.to_string());
+    }
+}
+
 /// Parses `status.completedIndexes` (`1,3-5,7`), keeping indexes below `completions`.
 pub fn parse_indexes(text: Option<&str>, completions: i32) -> BTreeSet<i32> {
     let mut out = BTreeSet::new();
@@ -32,7 +81,7 @@ pub fn parse_indexes(text: Option<&str>, completions: i32) -> BTreeSet<i32> {
 }
 
 /// Formats indexes as `completedIndexes` does (`orderedIntervals.String()`): ascending, `a-b`
-/// for every run of two or more consecutive indexes.
+/// for every run of three or more consecutive indexes (a pair is written `a,b`).
 pub fn format_indexes(indexes: &BTreeSet<i32>) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut iter = indexes.iter().copied().peekable();
@@ -42,7 +91,11 @@ pub fn format_indexes(indexes: &BTreeSet<i32>) -> String {
             end += 1;
             iter.next();
         }
-        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        parts.push(match end - start {
+            0 => start.to_string(),
+            1 => format!("{start},{end}"),
+            _ => format!("{start}-{end}"),
+        });
     }
     parts.join(",")
 }
@@ -89,7 +142,21 @@ mod tests {
         let set = parse_indexes(Some("0,2-4,7"), 10);
         assert_eq!(set.iter().copied().collect::<Vec<_>>(), [0, 2, 3, 4, 7]);
         assert_eq!(format_indexes(&set), "0,2-4,7");
-        assert_eq!(format_indexes(&[5, 6].into_iter().collect()), "5-6");
+        assert_eq!(format_indexes(&[5, 6].into_iter().collect()), "5,6");
+        assert_eq!(parse_indexes(Some("5,6"), 10).len(), 2);
+    }
+
+    #[test]
+    fn a_replacement_pod_carries_the_failure_counts_of_its_index() {
+        let mut failed = Pod::default();
+        stamp_failure_counts(&mut failed, None);
+        assert_eq!(index_failure_count(&failed), 0);
+        let mut counted = Pod::default();
+        stamp_failure_counts(&mut counted, Some((&failed, true)));
+        assert_eq!((index_failure_count(&counted), index_absolute_failure_count(&counted)), (1, 1));
+        let mut ignored = Pod::default();
+        stamp_failure_counts(&mut ignored, Some((&counted, false)));
+        assert_eq!((index_failure_count(&ignored), index_absolute_failure_count(&ignored)), (1, 2));
     }
 
     #[test]

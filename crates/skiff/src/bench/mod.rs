@@ -8,6 +8,7 @@ mod deployment;
 mod dns;
 mod empty_handler;
 mod harness;
+mod jobs;
 mod podstartup;
 mod proxy;
 mod statefulset;
@@ -40,6 +41,9 @@ pub enum BenchCommand {
     /// The DaemonSet controller (issue 26): a DaemonSet across N simulated nodes (5,000) and
     /// its rolling update with maxUnavailable 10 %: total time and the server's CPU seconds.
     Daemonset(daemonset::DaemonSetArgs),
+    /// The Job controller (issue 26): 10,000 one-pod Jobs on 100 simulated nodes from create to
+    /// Complete, Jobs/s against the 100/s target and API writes per Job.
+    Jobs(jobs::JobsArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -64,6 +68,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Apiserver(args) => apiserver::run(args).await,
         BenchCommand::Deployment(args) => deployment::run(args).await,
         BenchCommand::Daemonset(args) => daemonset::run(args).await,
+        BenchCommand::Jobs(args) => jobs::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

@@ -156,9 +156,9 @@ impl Cost {
         })
     }
 
-    /// Prints the writes per replica (total and by kind) and CPU seconds per 1,000 replicas
-    /// between `self` and the later sample `after`.
-    pub(super) fn report(&self, after: &Cost, replicas: i32, what: &str) {
+    /// Prints the writes per `unit` (total and by kind) and CPU seconds per 1,000 `unit`s
+    /// (`replicas` of them) between `self` and the later sample `after`.
+    pub(super) fn report(&self, after: &Cost, replicas: i32, unit: &str, what: &str) {
         let per = replicas.max(1) as f64;
         let mut by_kind: Vec<(String, f64)> = after
             .writes
@@ -170,7 +170,7 @@ impl Cost {
         let total: f64 = by_kind.iter().filter(|(k, _)| !k.ends_with(')')).map(|(_, d)| d).sum::<f64>() + 0.0;
         let cpu = after.cpu - self.cpu;
         println!(
-            "  {what}: {total:.0} API writes ({:.2} per replica), server CPU {cpu:.2} s ({:.2} s per 1,000 replicas), \
+            "  {what}: {total:.0} API writes ({:.2} per {unit}), server CPU {cpu:.2} s ({:.2} s per 1,000 {unit}s), \
              {:.0} reconcile errors ({:.0} conflicts)",
             total / per,
             cpu * 1000.0 / per,
@@ -351,7 +351,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
         r1 - r0,
         (r1 - r0) / created.as_secs_f64()
     );
-    c0.report(&c1, replicas, "create");
+    c0.report(&c1, replicas, "replica", "create");
 
     // 2. Rolling update.
     let mut rollout = None;
@@ -385,7 +385,7 @@ pub async fn run(args: DeploymentArgs) -> anyhow::Result<()> {
             r2 - r1,
             (r2 - r1) / took.as_secs_f64()
         );
-        c1.report(&c2, replicas, "rollout");
+        c1.report(&c2, replicas, "replica", "rollout");
         rollout = Some(took);
     }
 

@@ -169,7 +169,7 @@ pub async fn run(args: JobsArgs) -> anyhow::Result<()> {
     let c1 = Cost::sample(&admin, pid).await?;
     let rate = total as f64 / took.as_secs_f64();
     println!("created → {total} Complete: {:.2} s ({rate:.0} Jobs/s)", took.as_secs_f64());
-    c0.report(&c1, total as i32, "jobs");
+    c0.report(&c1, total as i32, "Job", "jobs");
     println!("RSS at the end: {:.1} MB; load average {} at end", server.rss_bytes()? as f64 / 1e6, load_average());
 
     println!();

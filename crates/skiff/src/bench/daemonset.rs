@@ -141,7 +141,7 @@ pub async fn run(args: DaemonSetArgs) -> anyhow::Result<()> {
         f64::from(n) / took_create.as_secs_f64(),
         r1 - r0
     );
-    c0.report(&c1, n, "create");
+    c0.report(&c1, n, "pod", "create");
 
     let t1 = Instant::now();
     let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"bench.skiff.io/rev": "2"}}}}});
@@ -156,7 +156,7 @@ pub async fn run(args: DaemonSetArgs) -> anyhow::Result<()> {
         f64::from(n) / took_update.as_secs_f64(),
         r2 - r1
     );
-    c1.report(&c2, n, "rolling update");
+    c1.report(&c2, n, "pod", "rolling update");
     println!("RSS at the end: {:.1} MB; load average {} at end", server.rss_bytes()? as f64 / 1e6, load_average());
     Ok(())
 }

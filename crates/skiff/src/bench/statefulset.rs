@@ -89,7 +89,7 @@ pub async fn run(args: StatefulSetArgs) -> anyhow::Result<()> {
         r1 - r0,
         (r1 - r0) / ready.as_secs_f64()
     );
-    c0.report(&c1, replicas, "create");
+    c0.report(&c1, replicas, "replica", "create");
 
     let (base_took, clients) = baseline(&cluster, &args).await?;
     println!();

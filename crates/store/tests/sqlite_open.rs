@@ -40,6 +40,11 @@ async fn a_truncated_database_is_a_corrupt_error() {
             store.create(&format!("/registry/pods/default/p{i}"), vec![b'x'; 4096]).await.expect("create");
         }
     }
+    // The store's checkpointer copies the WAL in the background and need not have finished when
+    // the store is dropped: checkpoint here so the data is in the file being truncated.
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).expect("checkpoint");
+    drop(conn);
     let len = std::fs::metadata(&path).expect("metadata").len();
     assert!(len > 64 * 1024, "the store was checkpointed into the file ({len} bytes)");
     // Keep the header page only: the schema and the data are gone.

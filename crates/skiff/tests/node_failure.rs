@@ -227,8 +227,16 @@ fn pods_of_a_killed_agent_are_evicted_and_recreated_on_the_surviving_node() {
             (r.contains("a-0=Unknown") && r.contains("a-1=Unknown")).then_some(())
         },
     );
-    let taints = s.ok(&["get", "node", "a-0", "-o", "jsonpath={.spec.taints[*].key}"]);
-    assert!(taints.contains("node.kubernetes.io/unreachable"), "{taints}");
+    // The node lifecycle controller writes the condition and the taint in two updates.
+    wait_for(
+        Duration::from_secs(30),
+        "a-0 tainted node.kubernetes.io/unreachable",
+        || format!("{}\n{}", s.ok(&["get", "node", "a-0", "-o", "jsonpath={.spec.taints}"]), server_log()),
+        || {
+            let taints = s.ok(&["get", "node", "a-0", "-o", "jsonpath={.spec.taints[*].key}"]);
+            taints.contains("node.kubernetes.io/unreachable").then_some(())
+        },
+    );
 
     wait_for(
         Duration::from_secs(120),

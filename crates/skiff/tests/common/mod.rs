@@ -267,4 +267,3 @@ impl Drop for Etcd {
         let _ = self.child.wait();
     }
 }
-

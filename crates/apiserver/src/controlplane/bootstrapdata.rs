@@ -164,7 +164,8 @@ pub async fn adopt(data_dir: &Path, token: Option<&str>, store: &dyn Backend) ->
     let tls = data_dir.join("tls");
     std::fs::create_dir_all(&tls).with_context(|| format!("creating {}", tls.display()))?;
     let old_ca = std::fs::read_to_string(tls.join("ca.crt")).ok();
-    if old_ca.as_deref() != files.get("ca.crt").map(String::as_str) {
+    let adopted = old_ca.as_deref() != files.get("ca.crt").map(String::as_str);
+    if adopted {
         for leaf in LEAF_CERTIFICATES {
             let _ = std::fs::remove_file(tls.join(leaf));
         }
@@ -181,7 +182,12 @@ pub async fn adopt(data_dir: &Path, token: Option<&str>, store: &dyn Backend) ->
     if token.is_some() {
         write_private(&super::join::token_path(data_dir), &format!("{join}\n"))?;
     }
-    tracing::info!("joined the cluster in the datastore: its CA and service-account key adopted");
+    if adopted {
+        tracing::info!("joined the cluster in the datastore: its CA and service-account key adopted");
+    } else {
+        // A restart of a server of this cluster (or of its first server).
+        tracing::debug!("the datastore's bootstrap data matches this data dir");
+    }
     Ok(true)
 }
 

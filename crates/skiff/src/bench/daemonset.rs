@@ -1,4 +1,4 @@
-//! `skiff bench daemonset`: issue 26's DaemonSet benchmark against a real `skiff server
+//! `skiff bench daemonset`: the DaemonSet controller's benchmark against a real `skiff server
 //! --disable-agent --simulated-nodes N` process (this binary, free loopback port, fresh data
 //! directory):
 //!

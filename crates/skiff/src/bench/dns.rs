@@ -1,4 +1,4 @@
-//! `skiff bench dns` (issue 16): the cluster DNS server's queries/s and p99 latency under
+//! `skiff bench dns`: the cluster DNS server's queries/s and p99 latency under
 //! `dnsperf` (Debian's package), next to `dnsmasq` serving the same names from a hosts file in
 //! the same run, and the memory of the records index per Service.
 //!

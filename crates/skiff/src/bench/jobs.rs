@@ -1,4 +1,4 @@
-//! `skiff bench jobs`: issue 26's Job benchmark against a real `skiff server --simulated-nodes
+//! `skiff bench jobs`: the Job controller's benchmark against a real `skiff server --simulated-nodes
 //! N` process (this binary, free loopback port, fresh data directory): `--jobs` one-pod Jobs
 //! whose pods the simulated nodes report Succeeded (`skiff.io/simulated-phase`), created by
 //! `--clients` concurrent clients and timed from the first create until a watch has seen every

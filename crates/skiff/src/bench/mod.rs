@@ -28,30 +28,30 @@ pub enum BenchCommand {
     /// bindings (target p99 < 5 µs); with `--api`, pod creates/s through a server with
     /// authentication, RBAC and admission on next to one with them off, and the ratio.
     Authorization(authorization::AuthorizationArgs),
-    /// The API server (issue 3): idle RSS, cold start to /readyz, pod creates/s over HTTPS from
+    /// The API server: idle RSS, cold start to /readyz, pod creates/s over HTTPS from
     /// 64 clients (HTTP/1.1 and HTTP/2) next to an empty handler's and raw store creates/s, GET
     /// p99, and write-to-delivery p99 with 1,000 watchers, against the issue's targets.
     Apiserver(apiserver::ApiserverArgs),
-    /// The controllers (issue 4): a 1,000-replica Deployment on simulated nodes until all
+    /// The controllers: a 1,000-replica Deployment on simulated nodes until all
     /// replicas are available, and a rolling update, next to direct pod creates through the API.
     Deployment(deployment::DeploymentArgs),
     /// A 1,000-replica StatefulSet with Parallel pod management on simulated nodes until all
-    /// replicas are Ready (issue 26), next to direct pod creates through the API.
+    /// replicas are Ready, next to direct pod creates through the API.
     Statefulset(statefulset::StatefulSetArgs),
-    /// The DaemonSet controller (issue 26): a DaemonSet across N simulated nodes (5,000) and
+    /// The DaemonSet controller: a DaemonSet across N simulated nodes (5,000) and
     /// its rolling update with maxUnavailable 10 %: total time and the server's CPU seconds.
     Daemonset(daemonset::DaemonSetArgs),
-    /// The Job controller (issue 26): 10,000 one-pod Jobs on 100 simulated nodes from create to
+    /// The Job controller: 10,000 one-pod Jobs on 100 simulated nodes from create to
     /// Complete, Jobs/s against the 100/s target and API writes per Job.
     Jobs(jobs::JobsArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
-    /// The node proxy (issue 16): time from a Service/endpoint change to its nftables
+    /// The node proxy: time from a Service/endpoint change to its nftables
     /// transaction being applied, p50/p99, with 10,000 Services and 50,000 endpoints programmed
     /// in a network namespace (target p99 ≤ 100 ms; needs root and `nft`).
     Proxy(proxy::ProxyArgs),
-    /// The cluster DNS (issue 16): queries/s and p99 with dnsperf against skiff's DNS server and,
+    /// The cluster DNS: queries/s and p99 with dnsperf against skiff's DNS server and,
     /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
     /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
     Dns(dns::DnsArgs),

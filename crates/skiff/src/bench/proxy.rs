@@ -1,4 +1,4 @@
-//! `skiff bench proxy`: the node proxy (issue 16) on a real kernel. A network namespace made by
+//! `skiff bench proxy`: the node proxy on a real kernel. A network namespace made by
 //! the benchmark is programmed with 10,000 Services and 50,000 endpoints; then, one at a time,
 //! an endpoint is added to or removed from a Service, or a new Service is created, and the time
 //! from handing the change to the proxier (as its informer handler does) to the nftables

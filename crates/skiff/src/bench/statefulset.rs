@@ -1,4 +1,4 @@
-//! `skiff bench statefulset`: issue 26's StatefulSet benchmark against a real `skiff server
+//! `skiff bench statefulset`: the StatefulSet controller's benchmark against a real `skiff server
 //! --disable-agent --simulated-nodes N` process: a StatefulSet of `--replicas` pods with
 //! Parallel pod management created through the API, timed until `status.readyReplicas` and
 //! `availableReplicas` reach the replica count; next to the same number of pods created directly

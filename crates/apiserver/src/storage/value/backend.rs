@@ -16,14 +16,15 @@ use super::transformer::PrefixTransformers;
 /// plain values. Keys under no prefix pass through untouched.
 pub struct TransformingBackend {
     inner: Arc<dyn Backend>,
-    /// Key prefixes (`/registry/secrets/`) and their providers; the first match wins.
-    rules: Vec<(String, PrefixTransformers)>,
+    /// Key prefixes (`/registry/secrets/`) and their providers; the first match wins. Shared
+    /// with the relay task of each watch.
+    rules: Arc<Vec<(String, PrefixTransformers)>>,
 }
 
 impl TransformingBackend {
     /// `rules`: key prefixes and the providers for the keys under them, in configuration order.
     pub fn new(inner: Arc<dyn Backend>, rules: Vec<(String, PrefixTransformers)>) -> Self {
-        Self { inner, rules }
+        Self { inner, rules: Arc::new(rules) }
     }
 
     fn rule(&self, key: &str) -> Option<&PrefixTransformers> {
@@ -96,7 +97,7 @@ impl Backend for TransformingBackend {
             return Ok(inner);
         }
         let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let this = TransformingBackend { inner: self.inner.clone(), rules: self.rules.clone() };
+        let this = TransformingBackend { inner: self.inner.clone(), rules: Arc::clone(&self.rules) };
         tokio::spawn(async move {
             while let Some(msg) = inner.next().await {
                 let out = match msg {

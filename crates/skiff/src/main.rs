@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bench;
 mod components;
+mod datastore;
 mod images;
 mod pidfile;
 mod server;
@@ -31,6 +32,9 @@ enum Command {
     /// Run a benchmark and print its figures next to the baselines measured in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Move the datastore to etcd, or save and restore snapshots of it (server stopped).
+    #[command(subcommand)]
+    Datastore(datastore::DatastoreCommand),
     /// Manage a node's container images without a registry.
     #[command(subcommand)]
     Images(images::ImagesCommand),
@@ -60,6 +64,7 @@ fn main() -> anyhow::Result<()> {
             Command::Agent(args) => agent::run(args).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Images(cmd) => images::run(cmd).await,
+            Command::Datastore(cmd) => datastore::run(cmd).await,
             Command::Killall(args) => {
                 let dir = args.data_dir.unwrap_or_else(server::default_data_dir);
                 let report = skiff_kubelet::killall::killall(&dir);

@@ -28,10 +28,9 @@ pub struct ServerArgs {
     /// Address the API server listens on.
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
-    /// etcd endpoints (comma-separated `http(s)://host:port`); default: embedded SQLite at
-    /// DATA_DIR/db/state.db.
-    #[arg(long, env = "SKIFF_DATASTORE_ENDPOINT")]
-    pub datastore_endpoint: Option<String>,
+    /// The datastore: etcd (`--datastore-endpoint`, `--etcd-*file`) or the embedded store.
+    #[command(flatten)]
+    pub datastore: crate::datastore::DatastoreArgs,
     /// Where to write the admin kubeconfig (default DATA_DIR/kubeconfig.yaml), mode 0600.
     #[arg(long, env = "SKIFF_KUBECONFIG_OUTPUT")]
     pub write_kubeconfig: Option<PathBuf>,
@@ -59,16 +58,6 @@ pub struct ServerArgs {
     /// limit). kube-apiserver's flag.
     #[arg(long, default_value_t = skiff_apiserver::filters::flowcontrol::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
     pub max_mutating_requests_inflight: usize,
-    /// CA bundle (PEM) that signed the etcd servers' certificates, for `https://` endpoints
-    /// (kube-apiserver's flag).
-    #[arg(long = "etcd-cafile", env = "SKIFF_ETCD_CAFILE")]
-    pub etcd_cafile: Option<PathBuf>,
-    /// Client certificate (PEM) presented to etcd (kube-apiserver's flag).
-    #[arg(long = "etcd-certfile", env = "SKIFF_ETCD_CERTFILE", requires = "etcd_keyfile")]
-    pub etcd_certfile: Option<PathBuf>,
-    /// Private key (PEM) of `--etcd-certfile` (kube-apiserver's flag).
-    #[arg(long = "etcd-keyfile", env = "SKIFF_ETCD_KEYFILE", requires = "etcd_certfile")]
-    pub etcd_keyfile: Option<PathBuf>,
     /// How long a node may miss heartbeats before the node lifecycle controller marks it
     /// Unknown and taints it (kube-controller-manager's flag), e.g. `40s`. Must exceed the
     /// nodes' 10 s lease renew interval.
@@ -250,39 +239,8 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> Result<Arc
         compaction_interval: (!args.etcd_compaction_interval.is_zero()).then_some(args.etcd_compaction_interval),
         ..Default::default()
     };
-    match &args.datastore_endpoint {
-        Some(list) if !list.trim().is_empty() => {
-            let mut cfg = skiff_store::etcd::EtcdConfig::from_endpoint_list(list)?;
-            if args.etcd_cafile.is_some() || args.etcd_certfile.is_some() {
-                cfg.tls = Some(skiff_store::etcd::EtcdTls {
-                    ca_file: args.etcd_cafile.clone(),
-                    cert_file: args.etcd_certfile.clone(),
-                    key_file: args.etcd_keyfile.clone(),
-                });
-            }
-            // etcd may still be starting (e.g. started by the same script): retry for a minute.
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            loop {
-                match skiff_store::etcd::EtcdBackend::connect(cfg.clone(), opts.clone()).await {
-                    Ok(backend) => return Ok(Arc::new(backend)),
-                    Err(skiff_store::Error::Unavailable(e)) if std::time::Instant::now() < deadline => {
-                        tracing::warn!(endpoints = %list, error = %e, "etcd is not reachable yet; retrying");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                    Err(e) => return Err(e).with_context(|| format!("connecting to etcd at {list}")),
-                }
-            }
-        }
-        _ => {
-            let dir = data_dir.join("db");
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            let path = dir.join("state.db");
-            let backend = tokio::task::spawn_blocking(move || skiff_store::sqlite::SqliteBackend::open(&path, opts))
-                .await?
-                .context("opening the embedded datastore")?;
-            Ok(Arc::new(backend))
-        }
-    }
+    // etcd may still be starting (e.g. started by the same script): retried for a minute.
+    args.datastore.open(data_dir, opts, Duration::from_secs(60)).await
 }
 
 /// Resolves on SIGTERM or SIGINT.

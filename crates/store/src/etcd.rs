@@ -272,10 +272,55 @@ impl EtcdBackend {
     pub fn endpoints(&self) -> &str {
         &self.inner.endpoints
     }
+
+    /// Creates every key of `kvs` in one etcd transaction, all or none: the bulk path of
+    /// `skiff datastore migrate`, where one durable commit per key would bound the copy by
+    /// etcd's commit rate. Every key gets the transaction's revision (returned).
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`] naming the first key of `kvs` that exists (nothing is written);
+    /// [`Error::Internal`] for more than [`MAX_TXN_OPS`] keys; [`Error::ValueTooLarge`] when the
+    /// request exceeds etcd's request size limit; the errors of [`Backend::create`].
+    pub async fn create_all(&self, kvs: &[(String, Vec<u8>)]) -> Result<Revision> {
+        if kvs.len() > MAX_TXN_OPS {
+            return Err(Error::Internal(format!(
+                "create_all: {} keys exceed etcd's {MAX_TXN_OPS} operations per transaction",
+                kvs.len()
+            )));
+        }
+        let inner = &self.inner;
+        let mut compares = Vec::with_capacity(kvs.len());
+        let mut puts = Vec::with_capacity(kvs.len());
+        let mut size = 0;
+        for (key, value) in kvs {
+            check_size(value)?;
+            size += value.len();
+            let full = inner.full_key(key);
+            compares.push(Compare::create_revision(full.clone(), CompareOp::Equal, 0));
+            puts.push(TxnOp::put(full, value.clone(), None));
+        }
+        let resp = inner.txn("create_all", Txn::new().when(compares).and_then(puts), size).await?;
+        if resp.succeeded() {
+            return header_revision(resp.header());
+        }
+        for (key, _) in kvs {
+            if self.get(key).await?.is_some() {
+                return Err(Error::AlreadyExists { key: key.clone() });
+            }
+        }
+        Err(Error::AlreadyExists { key: kvs.first().map(|kv| kv.0.clone()).unwrap_or_default() })
+    }
 }
 
-/// Builds tonic's TLS settings from PEM files.
-fn tls_options(tls: &EtcdTls) -> Result<TlsOptions> {
+/// etcd's default limit of operations in one transaction (`--max-txn-ops`).
+pub const MAX_TXN_OPS: usize = 128;
+
+/// Builds tonic's TLS settings from PEM files (also for `skiff datastore snapshot save`'s own
+/// etcd client).
+///
+/// # Errors
+/// [`Error::Internal`] naming an unreadable file.
+pub fn tls_options(tls: &EtcdTls) -> Result<TlsOptions> {
     let read = |path: &PathBuf| {
         std::fs::read(path).map_err(|e| Error::Internal(format!("etcd TLS: cannot read {}: {e}", path.display())))
     };

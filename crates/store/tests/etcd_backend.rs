@@ -128,3 +128,30 @@ async fn tls_files_that_do_not_exist_are_a_configuration_error_naming_the_file()
         Ok(_) => panic!("connected with a missing CA file"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_all_writes_every_key_in_one_revision_or_none_when_one_exists() {
+    let cluster = EtcdCluster::start(1).await.expect("start etcd");
+    let store = EtcdBackend::connect(cluster.config(), options()).await.expect("connect");
+    let kvs: Vec<(String, Vec<u8>)> = (0..skiff_store::etcd::MAX_TXN_OPS)
+        .map(|i| (format!("/registry/configmaps/a/{i:03}"), vec![b'v'; i]))
+        .collect();
+    let rev = store.create_all(&kvs).await.expect("create_all");
+    let listed =
+        store.range(RangeRequest { prefix: "/registry/configmaps/a/".into(), ..Default::default() }).await.unwrap();
+    assert_eq!(listed.kvs.len(), kvs.len());
+    assert!(listed.kvs.iter().zip(&kvs).all(|(kv, (k, v))| kv.key == *k && kv.value == *v && kv.mod_revision == rev));
+
+    // One existing key fails the whole batch, naming it; the new keys are not written.
+    let mixed = vec![("/registry/configmaps/b/new".to_string(), b"x".to_vec()), kvs[7].clone()];
+    match store.create_all(&mixed).await {
+        Err(Error::AlreadyExists { key }) => assert_eq!(key, kvs[7].0),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    assert!(store.get("/registry/configmaps/b/new").await.unwrap().is_none());
+    assert_eq!(store.current_revision().await.unwrap(), rev);
+
+    let too_many: Vec<(String, Vec<u8>)> =
+        (0..=skiff_store::etcd::MAX_TXN_OPS).map(|i| (format!("/registry/configmaps/c/{i}"), vec![])).collect();
+    assert!(matches!(store.create_all(&too_many).await, Err(Error::Internal(_))));
+}

@@ -112,6 +112,14 @@ impl Server {
         }
     }
 
+    /// Starts the (stopped) server again with `extra` instead of its earlier extra flags, on
+    /// the same data dir and port, and waits for /readyz.
+    pub fn respawn_with(&mut self, extra: &[&str]) {
+        assert!(self.child.is_none(), "respawn_with needs a stopped server");
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.spawn();
+    }
+
     /// The server's stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()

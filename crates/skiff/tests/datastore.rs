@@ -59,6 +59,19 @@ fn a_migrated_cluster_serves_the_same_objects_and_credentials_from_etcd() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&who.stdout), "system:serviceaccount:shop:robot", "{}", stderr(&who));
+    // etcd's own snapshot, which etcd's tools read.
+    let snap = s.dir.path().join("etcd.snapshot");
+    let out = skiff(&["datastore", "snapshot", "save", snap.to_str().unwrap(), "--datastore-endpoint", &etcd.url]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&snap)
+        .output()
+        .expect("etcdctl (etcd-client) is installed");
+    let status: serde_json::Value =
+        serde_json::from_slice(&status.stdout).unwrap_or_else(|_| panic!("{}", stderr(&status)));
+    assert!(status["totalKey"].as_u64().unwrap() > 10, "{status}");
     // And the cluster is writable on its new store.
     s.ok(&["-n", "shop", "create", "configmap", "after-move"]);
     assert!(!s.dir.path().join("data/db/state.db").exists(), "the server must not have opened an embedded store");

@@ -18,6 +18,10 @@ pub struct RequestUser {
     pub groups: Vec<String>,
 }
 
+/// The client's address (the TCP peer of its connection), for the audit log's `sourceIPs`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
 /// The identity of the verified client certificate of a TLS connection, if it presented one.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerIdentity(pub Option<(String, Vec<String>)>);

@@ -30,6 +30,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod controlplane;
 pub mod endpoints;
@@ -98,6 +99,8 @@ pub struct AppState {
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// Handlers of virtual resources and subresources by (group, resource, subresource).
     pub virtuals: HashMap<(String, String, String), Arc<dyn registry::virtual_resources::VirtualHandler>>,
+    /// The audit log (`--audit-policy-file`), if any.
+    pub audit: Option<Arc<audit::Auditor>>,
 }
 
 impl AppState {
@@ -176,6 +179,8 @@ pub struct Config {
     /// `kube-system/kube-dns` Service and its endpoints ([`controlplane::kubedns`]). `None`: no
     /// `kube-dns` Service.
     pub cluster_dns: Option<controlplane::kubedns::ClusterDns>,
+    /// `--audit-policy-file` and `--audit-log-*`: the audit log ([`audit`]); `None`: no auditing.
+    pub audit: Option<audit::AuditOptions>,
 }
 
 impl Config {
@@ -199,6 +204,7 @@ impl Config {
             advertise_address: None,
             token: None,
             cluster_dns: None,
+            audit: None,
         }
     }
 }
@@ -323,6 +329,7 @@ impl ApiServer {
             caches.insert(def.storage.to_string(), cache);
         }
         let (shutdown_tx, shutdown_rx) = tokio_watch::channel(false);
+        let audit = config.audit.as_ref().map(audit::Auditor::new).transpose()?.map(Arc::new);
         let state = Arc::new(AppState {
             registry,
             objects: Objects {
@@ -343,6 +350,7 @@ impl ApiServer {
                 &pki.kubelet_client.key_pem,
             )?),
             virtuals,
+            audit,
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
@@ -499,6 +507,7 @@ async fn serve(
             let io = server::batched_writes::BatchedIo::new(tls, h2);
             let svc = router.map_request(move |mut req: Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(identity.clone());
+                req.extensions_mut().insert(auth::ClientAddr(peer_addr));
                 req
             });
             let svc = hyper_util::service::TowerToHyperService::new(svc);

@@ -106,6 +106,25 @@ pub struct ServerArgs {
     /// identity) in order, as kube-apiserver's flag.
     #[arg(long)]
     pub encryption_provider_config: Option<PathBuf>,
+    /// An `audit.k8s.io/v1` Policy file: which requests are recorded in the audit log and at
+    /// which level (kube-apiserver's flag). Needs `--audit-log-path`.
+    #[arg(long, requires = "audit_log_path")]
+    pub audit_policy_file: Option<PathBuf>,
+    /// Where audit events are written as JSON lines (`-`: standard output; kube-apiserver's flag).
+    #[arg(long, requires = "audit_policy_file")]
+    pub audit_log_path: Option<PathBuf>,
+    /// Megabytes an audit log file grows to before it is rotated (0: never).
+    #[arg(long, default_value_t = 100)]
+    pub audit_log_maxsize: u64,
+    /// Rotated audit log files kept (0: no limit by count).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxbackup: usize,
+    /// Days a rotated audit log file is kept (0: no limit by age).
+    #[arg(long, default_value_t = 0)]
+    pub audit_log_maxage: u64,
+    /// Audit events queued for the log writer before new ones are dropped (and counted).
+    #[arg(long, default_value_t = 10_000)]
+    pub audit_log_batch_buffer_size: usize,
     /// The cluster's join token (k3s's `--token`). On a datastore that already holds a cluster
     /// (another server's, on the same etcd) it must be that cluster's: the server then adopts its
     /// CA and service-account key and serves the same cluster. On an empty datastore it becomes
@@ -302,6 +321,16 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     config.token = args.token.clone();
     let cluster_dns = crate::components::ClusterDns::bind(&args).await?;
     config.cluster_dns = Some(cluster_dns.endpoint());
+    config.audit = args.audit_policy_file.as_ref().map(|policy| skiff_apiserver::audit::AuditOptions {
+        policy_file: policy.clone(),
+        log: skiff_apiserver::audit::log::LogOptions {
+            path: args.audit_log_path.clone().unwrap_or_else(|| PathBuf::from("-")),
+            max_size_mb: args.audit_log_maxsize,
+            max_backups: args.audit_log_maxbackup,
+            max_age_days: args.audit_log_maxage,
+            buffer: args.audit_log_batch_buffer_size,
+        },
+    });
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

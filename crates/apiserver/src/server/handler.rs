@@ -5,7 +5,7 @@
 //! ([`crate::endpoints::request::parse_resource_path`]), authorization
 //! ([`crate::filters::authorization::authorize`]), then the resource handlers
 //! ([`crate::endpoints::handlers::dispatch`]) or the non-resource endpoints, and the request
-//! metrics.
+//! metrics, with the audit event ([`crate::audit`]) recorded around them.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,6 +15,7 @@ use axum::http::Request;
 use axum::response::Response;
 
 use crate::AppState;
+use crate::audit::Pending;
 use crate::endpoints::handlers::dispatch;
 use crate::endpoints::request::{parse_query, parse_resource_path};
 use crate::endpoints::responsewriters::error_response;
@@ -26,26 +27,40 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
     let start = Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
+    // The audit event follows the request through the chain (kube-apiserver's WithAudit sits
+    // right after authentication; failed authentication is audited too).
+    let mut audit = Pending::start(state.audit.as_ref(), &parts);
     let user = match authentication::authenticate(&state, &parts, &path) {
         Ok(u) => u,
-        Err(e) => return error_response(&e),
+        Err(e) => return audit.finish(error_response(&e)).await,
     };
     let q = match parse_query(&parts.uri) {
         Ok(q) => q,
-        Err(e) => return error_response(&e),
+        Err(e) => {
+            audit.identify(user.as_ref(), None, &path);
+            return audit.finish(error_response(&e)).await;
+        }
     };
     let info = match parse_resource_path(&state, &parts.method, &path, &q) {
         Ok(i) => i,
-        Err(e) => return error_response(&e),
+        Err(e) => {
+            audit.identify(user.as_ref(), None, &path);
+            return audit.finish(error_response(&e)).await;
+        }
     };
+    audit.identify(user.as_ref(), info.as_ref(), &path);
     if let Some(user) = &user
         && let Err(e) = authorization::authorize(&state, user, &parts.method, &path, &q, info.as_ref())
     {
-        return error_response(&e);
+        audit.authorized(false);
+        return audit.finish(error_response(&e)).await;
     }
+    audit.authorized(true);
     let Some(info) = info else {
-        return crate::endpoints::nonresource::handle(&state, &parts, &path, &q).await;
+        let resp = crate::endpoints::nonresource::handle(&state, &parts, &path, &q).await;
+        return audit.finish(resp).await;
     };
+    let body = audit.capture_request(body, &parts.headers).await;
     let verb = info.verb;
     let resp = match dispatch(&state, &parts, body, &q, &info, user).await {
         Ok(r) => r,
@@ -70,5 +85,5 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         resp.status().as_u16(),
         secs,
     );
-    resp
+    audit.finish(resp).await
 }

@@ -79,74 +79,107 @@ async fn api_on_vs_off(args: &AuthorizationArgs) -> anyhow::Result<()> {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
-    let tokens = base.path().join("tokens.csv");
+    let token_flag = token_file_flag(base.path())?;
+    let mut on_flags = vec![token_flag.clone()];
+    on_flags.push("--authorization-mode=RBAC".into());
+    let mut off_flags = vec![token_flag];
+    off_flags.extend(OFF_FLAGS.iter().map(|f| f.to_string()));
+    let compare = Comparison { creates: args.creates, clients: args.clients, rounds: args.rounds };
+    compare.run("API creates with authn+authz+admission on vs off", base.path(), &off_flags, &on_flags).await
+}
+
+/// Writes the bench token file into `dir` and returns the `--token-auth-file` flag naming it.
+pub(super) fn token_file_flag(dir: &Path) -> anyhow::Result<String> {
+    let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, format!("{TOKEN},{USER},bench-uid,\"{GROUP}\"\n"))?;
-    let token_flag = format!("--token-auth-file={}", tokens.display());
-    let mut on_flags = vec![token_flag.as_str()];
-    on_flags.extend(["--authorization-mode=RBAC"]);
-    let mut off_flags = vec![token_flag.as_str()];
-    off_flags.extend(OFF_FLAGS);
-    let mut sides = Vec::new();
-    for (name, flags) in [("off", off_flags), ("on", on_flags)] {
-        let mut server = ServerProcess::spawn(&base.path().join(name), &flags)?;
-        let (_, admin) = server.wait_ready(Duration::from_secs(120)).await?;
-        let mut clients = Vec::with_capacity(args.clients);
-        for _ in 0..args.clients.max(1) {
-            clients.push(token_client(&server.kubeconfig()).await?);
+    Ok(format!("--token-auth-file={}", tokens.display()))
+}
+
+/// Pod creates/s through two `skiff server`s side by side, "off" and "on", rounds alternating.
+pub(super) struct Comparison {
+    /// Pods created per server and round.
+    pub creates: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Rounds per server.
+    pub rounds: usize,
+}
+
+impl Comparison {
+    /// Starts both servers under `base` with their flags (each must include
+    /// [`token_file_flag`]) and prints each round and the medians with their ratio.
+    pub(super) async fn run(
+        &self,
+        title: &str,
+        base: &Path,
+        off_flags: &[String],
+        on_flags: &[String],
+    ) -> anyhow::Result<()> {
+        let args = self;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut sides = Vec::new();
+        for (name, flags) in [("off", off_flags), ("on", on_flags)] {
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let mut server = ServerProcess::spawn(&base.join(name), &flags)?;
+            let (_, admin) = server.wait_ready(Duration::from_secs(120)).await?;
+            let mut clients = Vec::with_capacity(args.clients);
+            for _ in 0..args.clients.max(1) {
+                clients.push(token_client(&server.kubeconfig()).await?);
+            }
+            sides.push((Side { name, server, clients, rates: Vec::new(), cpu_per_create: Vec::new() }, admin));
         }
-        sides.push((Side { name, server, clients, rates: Vec::new(), cpu_per_create: Vec::new() }, admin));
+        println!(
+            "{title}: {} clients, {} pods per server and round, {} rounds, load average {}",
+            args.clients,
+            args.creates,
+            args.rounds,
+            load_average()
+        );
+        for round in 0..args.rounds {
+            for (side, admin) in &mut sides {
+                let ns = format!("bench-{round}");
+                create_namespace(admin, &ns).await?;
+                grant_edit(admin, &ns).await?;
+                wait_until_allowed(&side.clients[0], &ns).await?;
+                let cpu_before = cpu_time(side.server.pid())?;
+                let (elapsed, _, _) = create_pods(&side.clients, &ns, args.creates)
+                    .await
+                    .with_context(|| format!("creates on the {} server", side.name))?;
+                let cpu = cpu_time(side.server.pid())?.saturating_sub(cpu_before);
+                let rate = args.creates as f64 / elapsed.as_secs_f64();
+                println!(
+                    "  round {round} {:>3}: {rate:>8.0} creates/s, server CPU {:.0} µs/create (load average {})",
+                    side.name,
+                    cpu.as_secs_f64() * 1e6 / args.creates as f64,
+                    load_average()
+                );
+                side.rates.push(rate);
+                side.cpu_per_create.push(cpu / args.creates as u32);
+            }
+        }
+        // The median (the mean of the middle two for an even count).
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            }
+        };
+        let secs = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).collect::<Vec<_>>();
+        let (off, on) = (&sides[0].0, &sides[1].0);
+        let (off_rate, on_rate) = (median(&off.rates), median(&on.rates));
+        let (off_cpu, on_cpu) = (median(&secs(&off.cpu_per_create)), median(&secs(&on.cpu_per_create)));
+        println!(
+            "  median: off {off_rate:.0} creates/s, on {on_rate:.0} creates/s → on/off {:.2}; server CPU per create off {:.0} µs, on {:.0} µs → on/off {:.2}",
+            on_rate / off_rate.max(f64::MIN_POSITIVE),
+            off_cpu * 1e6,
+            on_cpu * 1e6,
+            on_cpu / off_cpu.max(f64::MIN_POSITIVE)
+        );
+        Ok(())
     }
-    println!(
-        "API creates with authn+authz+admission on vs off: {} clients, {} pods per server and round, {} rounds, load average {}",
-        args.clients,
-        args.creates,
-        args.rounds,
-        load_average()
-    );
-    for round in 0..args.rounds {
-        for (side, admin) in &mut sides {
-            let ns = format!("bench-{round}");
-            create_namespace(admin, &ns).await?;
-            grant_edit(admin, &ns).await?;
-            wait_until_allowed(&side.clients[0], &ns).await?;
-            let cpu_before = cpu_time(side.server.pid())?;
-            let (elapsed, _, _) = create_pods(&side.clients, &ns, args.creates)
-                .await
-                .with_context(|| format!("creates on the {} server", side.name))?;
-            let cpu = cpu_time(side.server.pid())?.saturating_sub(cpu_before);
-            let rate = args.creates as f64 / elapsed.as_secs_f64();
-            println!(
-                "  round {round} {:>3}: {rate:>8.0} creates/s, server CPU {:.0} µs/create (load average {})",
-                side.name,
-                cpu.as_secs_f64() * 1e6 / args.creates as f64,
-                load_average()
-            );
-            side.rates.push(rate);
-            side.cpu_per_create.push(cpu / args.creates as u32);
-        }
-    }
-    // The median (the mean of the middle two for an even count).
-    let median = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    };
-    let secs = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).collect::<Vec<_>>();
-    let (off, on) = (&sides[0].0, &sides[1].0);
-    let (off_rate, on_rate) = (median(&off.rates), median(&on.rates));
-    let (off_cpu, on_cpu) = (median(&secs(&off.cpu_per_create)), median(&secs(&on.cpu_per_create)));
-    println!(
-        "  median: off {off_rate:.0} creates/s, on {on_rate:.0} creates/s → on/off {:.2}; server CPU per create off {:.0} µs, on {:.0} µs → on/off {:.2}",
-        on_rate / off_rate.max(f64::MIN_POSITIVE),
-        off_cpu * 1e6,
-        on_cpu * 1e6,
-        on_cpu / off_cpu.max(f64::MIN_POSITIVE)
-    );
-    Ok(())
 }
 
 /// A client of the server whose admin kubeconfig is at `kubeconfig` that authenticates with

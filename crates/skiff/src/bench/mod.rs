@@ -2,6 +2,7 @@
 //! run (raw SQLite, raw etcd, an empty handler) or the target, and the ratio between them.
 
 mod apiserver;
+mod audit;
 mod authorization;
 mod daemonset;
 mod deployment;
@@ -45,6 +46,9 @@ pub enum BenchCommand {
     /// The Job controller: 10,000 one-pod Jobs on 100 simulated nodes from create to
     /// Complete, Jobs/s against the 100/s target and API writes per Job.
     Jobs(jobs::JobsArgs),
+    /// The audit log's cost: pod creates/s and server CPU per create with every request audited
+    /// at Metadata level next to a server without auditing, and the ratio (target <= 10 % fewer).
+    Audit(audit::AuditArgs),
     /// `skiff datastore migrate`'s copy of 100,000 objects from the embedded store into etcd:
     /// objects/s (target >= 10,000/s) and peak RSS, next to raw etcd creates of the same data.
     Migrate(migrate::MigrateArgs),
@@ -74,6 +78,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Daemonset(args) => daemonset::run(args).await,
         BenchCommand::Jobs(args) => jobs::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,
+        BenchCommand::Audit(args) => audit::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

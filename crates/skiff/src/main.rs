@@ -11,6 +11,7 @@ mod components;
 mod datastore;
 mod images;
 mod pidfile;
+mod secretsencrypt;
 mod server;
 
 /// Kubernetes' core machinery in one small binary.
@@ -35,6 +36,9 @@ enum Command {
     /// Move the datastore to etcd, or save and restore snapshots of it (server stopped).
     #[command(subcommand)]
     Datastore(datastore::DatastoreCommand),
+    /// Re-encrypt every Secret with the current first encryption provider (after a key rotation).
+    #[command(subcommand, name = "secrets-encrypt")]
+    SecretsEncrypt(secretsencrypt::SecretsEncryptCommand),
     /// Manage a node's container images without a registry.
     #[command(subcommand)]
     Images(images::ImagesCommand),
@@ -65,6 +69,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Images(cmd) => images::run(cmd).await,
             Command::Datastore(cmd) => datastore::run(cmd).await,
+            Command::SecretsEncrypt(cmd) => secretsencrypt::run(cmd).await,
             Command::Killall(args) => {
                 let dir = args.data_dir.unwrap_or_else(server::default_data_dir);
                 let report = skiff_kubelet::killall::killall(&dir);

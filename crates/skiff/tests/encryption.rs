@@ -64,6 +64,19 @@ fn secrets_are_encrypted_in_etcd_and_stay_readable_across_a_key_rotation() {
     assert_eq!(server.ok(&["get", "secret", "one", "-o", "jsonpath={.data.password}"]), "aHVudGVyMg==");
     assert_eq!(server.ok(&["get", "secret", "two", "-o", "jsonpath={.data.password}"]), "c3dvcmRmaXNo");
 
+    // Re-encryption moves the older Secret to the new key; both stay readable.
+    assert!(etcd_value(&etcd, "/registry/secrets/default/one").starts_with(b"k8s:enc:aescbc:v1:key1:"));
+    let data_dir = server.dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_skiff"))
+        .args(["secrets-encrypt", "reencrypt", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("re-encrypted"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(etcd_value(&etcd, "/registry/secrets/default/one").starts_with(b"k8s:enc:aesgcm:v1:key2:"));
+    assert_eq!(server.ok(&["get", "secret", "one", "-o", "jsonpath={.data.password}"]), "aHVudGVyMg==");
+
     // A configuration that does not validate stops the server, naming the file and the field.
     std::fs::write(&cfg, config("      - aescbc: {keys: [{name: k, secret: c2hvcnQ=}]}\n")).unwrap();
     server.stop();

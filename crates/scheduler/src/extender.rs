@@ -777,6 +777,77 @@ mod tests {
         assert!(err.contains("context deadline exceeded"), "{err}");
     }
 
+    /// A CA and a serving certificate for 127.0.0.1 signed by it, as PEM (CA, cert, key).
+    fn tls_material() -> (String, String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::from_ca_cert_pem(&ca_cert.pem(), ca_key).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &issuer).unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// An HTTPS extender on loopback whose filter keeps every node; returns its base URL and CA.
+    async fn serve_https() -> (String, String) {
+        let (ca, cert, key) = tls_material();
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert.as_bytes()).map(|c| c.unwrap()).collect();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let svc = service_fn(|req: hyper::Request<Incoming>| async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let args: Value = serde_json::from_slice(&body).unwrap();
+                        let answer = json!({"NodeNames": args["NodeNames"]});
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(answer.to_string()))))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), svc).await;
+                });
+            }
+        });
+        (url, ca)
+    }
+
+    #[tokio::test]
+    async fn an_https_extender_is_verified_with_its_ca_or_reached_without_one_when_https_is_enabled() {
+        use base64::Engine as _;
+        let (url, ca) = serve_https().await;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let call = |tls: Option<crate::config::ExtenderTlsConfig>, enable_https: bool| {
+            let ext = extender(&url, |e| {
+                e.node_cache_capable = true;
+                e.tls_config = tls;
+                e.enable_https = enable_https;
+            });
+            async move { ext.filter(&make_pod("p").obj(), &nodes(&["a"])).await }
+        };
+        let with_ca = crate::config::ExtenderTlsConfig { ca_data: b64(&ca), ..Default::default() };
+        assert_eq!(call(Some(with_ca), false).await.unwrap().feasible, vec!["a"]);
+        // enableHTTPS without a CA: kube-scheduler does not verify the certificate.
+        assert_eq!(call(None, true).await.unwrap().feasible, vec!["a"]);
+        // Another CA: the handshake fails.
+        let (other_ca, _, _) = tls_material();
+        let wrong = crate::config::ExtenderTlsConfig { ca_data: b64(&other_ca), ..Default::default() };
+        let err = call(Some(wrong), false).await.unwrap_err();
+        assert!(err.contains("tls:"), "{err}");
+    }
+
     #[test]
     fn an_extender_with_managed_resources_is_interested_only_in_pods_requesting_them() {
         let ext = extender("http://127.0.0.1:1", |e| {

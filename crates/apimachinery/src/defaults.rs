@@ -3,9 +3,10 @@
 //! Mirrors the `SetDefaults_*` functions of `pkg/apis/*/v1/defaults.go` (applied by the API server
 //! on every decode), plus the create-time values the registries and default admission plugins
 //! add that users see in `kubectl get -o yaml`: a Pod's `priority`/`preemptionPolicy`
-//! (Priority admission) and its `node.kubernetes.io/not-ready`/`unreachable` tolerations
-//! (DefaultTolerationSeconds), a Namespace's `spec.finalizers` and `status.phase`. Left out on
+//! (Priority admission), a Namespace's `spec.finalizers` and `status.phase`. Left out on
 //! purpose: `serviceAccountName` and token volumes (ServiceAccount admission, security issue),
+//! the `node.kubernetes.io/not-ready`/`unreachable` tolerations (the DefaultTolerationSeconds
+//! admission plugin adds them, with `--default-*-toleration-seconds`, and not when disabled),
 //! cluster IP allocation (the API server), a Pod's `status` (the API server's PrepareForCreate).
 //!
 //! [`apply_defaults`] is idempotent: it only fills absent fields.
@@ -265,19 +266,6 @@ fn default_pod(obj: &mut Value) {
     set(spec, "priority", json!(0));
     set_str(spec, "preemptionPolicy", "PreemptLowerPriority");
     default_pod_spec(spec);
-    // DefaultTolerationSeconds admission.
-    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-    if let Some(list) = tolerations.as_array_mut() {
-        for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
-            let present = list.iter().any(|t| {
-                t.get("key").and_then(Value::as_str) == Some(key)
-                    && matches!(t.get("effect").and_then(Value::as_str), None | Some("") | Some("NoExecute"))
-            });
-            if !present {
-                list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-            }
-        }
-    }
 }
 
 /// `PodTemplateSpec` defaults: the pod spec's.
@@ -723,10 +711,8 @@ mod tests {
                 ("/spec/volumes/1/secret/defaultMode", json!(420)),
             ],
         );
-        let tolerations = obj.pointer("/spec/tolerations").unwrap().as_array().unwrap();
-        assert_eq!(tolerations.len(), 2);
-        assert_eq!(tolerations[0]["key"], "node.kubernetes.io/not-ready");
-        assert_eq!(tolerations[0]["tolerationSeconds"], 300);
+        // The default tolerations are DefaultTolerationSeconds admission's, not defaulting's.
+        assert!(obj.pointer("/spec/tolerations").is_none(), "{obj}");
     }
 
     #[test]

@@ -79,7 +79,9 @@ async fn silent_nodes_become_unknown_get_tainted_and_lose_their_pods() {
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for p in [
-        pod("default-tolerations", "doomed-0", None),
+        // The 300 s toleration DefaultTolerationSeconds admission gives every pod (this API
+        // server runs no admission, so the test sets it).
+        pod("default-tolerations", "doomed-0", Some(Some(300))),
         pod("tolerates-0s", "doomed-0", Some(Some(0))),
         pod("tolerates-2s", "doomed-0", Some(Some(2))),
         pod("tolerates-forever", "doomed-0", Some(None)),
@@ -122,7 +124,7 @@ async fn silent_nodes_become_unknown_get_tainted_and_lose_their_pods() {
     assert_eq!(disruption.and_then(|c| c.reason).as_deref(), Some("DeletionByTaintManager"));
     eventually(15, "pod evicted after tolerationSeconds", || deleting("tolerates-2s")).await;
     let defaulted = pods.get("default-tolerations").await.unwrap_or_else(|e| panic!("get: {e}"));
-    assert!(defaulted.metadata.deletion_timestamp.is_none(), "admission's 300 s default toleration still holds");
+    assert!(defaulted.metadata.deletion_timestamp.is_none(), "the default 300 s toleration still holds");
     let forever = pods.get("tolerates-forever").await.unwrap_or_else(|e| panic!("get: {e}"));
     assert!(forever.metadata.deletion_timestamp.is_none(), "a toleration without seconds tolerates forever");
     let forever_ready =

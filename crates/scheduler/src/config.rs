@@ -49,11 +49,15 @@
 //! cfg.registry.register("Maintenance", |_args, _handle| Ok(Arc::new(Maintenance))).unwrap();
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub mod validation;
+
+pub use validation::effective_scheduler_name;
 
 use crate::framework::{Framework, Handle, Plugin, PluginSets, Registry};
 use crate::plugins::{DEFAULT_MULTI_POINT, in_tree_registry};
@@ -64,6 +68,7 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 
 /// A plugin reference in `enabled`/`disabled`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct PluginRef {
     /// Plugin name (`"*"` in `disabled` means all).
     pub name: String,
@@ -73,8 +78,8 @@ pub struct PluginRef {
 }
 
 /// `PluginSet`.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginSet {
     /// Plugins to enable, in order.
     #[serde(default)]
@@ -86,7 +91,7 @@ pub struct PluginSet {
 
 /// `Plugins`: plugin sets per extension point.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[allow(missing_docs)]
 pub struct Plugins {
     #[serde(default)]
@@ -119,6 +124,7 @@ pub struct Plugins {
 
 /// `PluginConfig`: args for one plugin.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Plugin name.
     pub name: String,
@@ -129,7 +135,7 @@ pub struct PluginConfig {
 
 /// `KubeSchedulerProfile`.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeSchedulerProfile {
     /// Pods with this `spec.schedulerName` use the profile (`default-scheduler` when empty).
     pub scheduler_name: Option<String>,
@@ -144,7 +150,7 @@ pub struct KubeSchedulerProfile {
 
 /// `LeaderElectionConfiguration`.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaderElectionConfiguration {
     /// Whether to run leader election (true in Kubernetes' defaults).
     #[serde(default = "yes")]
@@ -155,6 +161,8 @@ pub struct LeaderElectionConfiguration {
     pub renew_deadline: Option<String>,
     /// Retry period, e.g. `2s`.
     pub retry_period: Option<String>,
+    /// Lock kind: only `leases` (the default) is accepted.
+    pub resource_lock: Option<String>,
     /// Lease name (`kube-scheduler`).
     pub resource_name: Option<String>,
     /// Lease namespace (`kube-system`).
@@ -165,9 +173,10 @@ fn yes() -> bool {
     true
 }
 
-/// `KubeSchedulerConfiguration` (the supported subset).
+/// `KubeSchedulerConfiguration` (the supported subset). Decoding is strict, as kube-scheduler's:
+/// an unknown field is an error, so a misspelt key never leaves a setting silently unapplied.
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeSchedulerConfiguration {
     /// Must be `kubescheduler.config.k8s.io/v1` when set.
     pub api_version: Option<String>,
@@ -186,6 +195,103 @@ pub struct KubeSchedulerConfiguration {
     pub profiles: Vec<KubeSchedulerProfile>,
     /// Leader election.
     pub leader_election: Option<LeaderElectionConfiguration>,
+    /// HTTP scheduler extenders, called in order after the profile's Filter plugins, with
+    /// the Score plugins, and before the Bind plugins ([`crate::extender`]).
+    #[serde(default)]
+    pub extenders: Vec<Extender>,
+    /// Accepted and ignored: the in-process scheduler uses the server's own client.
+    pub client_connection: Option<serde_json::Value>,
+    /// Accepted and ignored (no profiling endpoints).
+    pub enable_profiling: Option<bool>,
+    /// Accepted and ignored (no profiling endpoints).
+    pub enable_contention_profiling: Option<bool>,
+    /// Accepted and ignored: the caches fill once leadership is acquired.
+    pub delay_cache_until_active: Option<bool>,
+}
+
+/// `Extender` (`kubescheduler.config.k8s.io/v1`): one HTTP extender and the verbs it serves
+/// (<https://github.com/kubernetes/design-proposals-archive/blob/main/scheduling/scheduler_extender.md>).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Extender {
+    /// Base URL; a verb is posted to `URL_PREFIX/VERB`.
+    pub url_prefix: String,
+    /// Verb of the filter call (none: no filtering).
+    #[serde(default)]
+    pub filter_verb: String,
+    /// Verb of the preempt call (none: preemption is not offered to the extender).
+    #[serde(default)]
+    pub preempt_verb: String,
+    /// Verb of the prioritize call (none: no scores).
+    #[serde(default)]
+    pub prioritize_verb: String,
+    /// Multiplier of the prioritize scores (0-10 each, scaled to the 0-100 node score range);
+    /// must be positive when `prioritizeVerb` is set.
+    #[serde(default)]
+    pub weight: i64,
+    /// Verb of the bind call: the extender binds the pods it is interested in (at most one
+    /// extender may bind).
+    #[serde(default)]
+    pub bind_verb: String,
+    /// Speak HTTPS (without a CA in `tlsConfig`, the server certificate is not verified).
+    #[serde(default, rename = "enableHTTPS")]
+    pub enable_https: bool,
+    /// TLS client settings.
+    pub tls_config: Option<ExtenderTlsConfig>,
+    /// Timeout of one call, a Go duration such as `5s` (default 5 s).
+    pub http_timeout: Option<String>,
+    /// The extender keeps its own node cache: calls carry node names instead of Node objects.
+    #[serde(default)]
+    pub node_cache_capable: bool,
+    /// Extended resources the extender manages; when any are listed, the extender is called
+    /// only for pods requesting one of them.
+    #[serde(default)]
+    pub managed_resources: Vec<ExtenderManagedResource>,
+    /// An unreachable or failing extender is skipped instead of failing the pod's attempt.
+    #[serde(default)]
+    pub ignorable: bool,
+}
+
+/// `ExtenderTLSConfig`: client TLS settings of an extender (byte fields are base64, as Go's
+/// `[]byte` in JSON/YAML).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtenderTlsConfig {
+    /// Do not verify the server's certificate.
+    #[serde(default)]
+    pub insecure: bool,
+    /// Server name to verify (default: the URL's host).
+    #[serde(default)]
+    pub server_name: String,
+    /// Client certificate file (PEM).
+    #[serde(default)]
+    pub cert_file: String,
+    /// Client key file (PEM).
+    #[serde(default)]
+    pub key_file: String,
+    /// CA file (PEM) to verify the server with.
+    #[serde(default)]
+    pub ca_file: String,
+    /// Client certificate (base64 of PEM); wins over `certFile`.
+    #[serde(default)]
+    pub cert_data: String,
+    /// Client key (base64 of PEM); wins over `keyFile`.
+    #[serde(default)]
+    pub key_data: String,
+    /// CA (base64 of PEM); wins over `caFile`.
+    #[serde(default)]
+    pub ca_data: String,
+}
+
+/// `ExtenderManagedResource`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExtenderManagedResource {
+    /// Extended resource name, e.g. `example.com/foo`.
+    pub name: String,
+    /// NodeResourcesFit does not check this resource (the extender does).
+    #[serde(default)]
+    pub ignored_by_scheduler: bool,
 }
 
 /// Where and how the scheduler elects a leader (from `leaderElection`).
@@ -238,61 +344,43 @@ impl SchedulerConfig {
         Ok(cfg)
     }
 
-    /// Reads and parses a configuration file.
+    /// Reads, parses and [checks](Self::check) a configuration file.
     ///
     /// # Errors
-    /// I/O errors and [`ConfigError`]s, with the path.
+    /// I/O errors, [`ConfigError`]s and [`Self::check`] failures, each prefixed with the path.
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
         let s = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
-        Self::from_yaml(&s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        let cfg = Self::from_yaml(&s).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        cfg.check().map_err(|e| anyhow::anyhow!("{}: invalid KubeSchedulerConfiguration: {e}", path.display()))?;
+        Ok(cfg)
     }
 
-    /// Checks values the way kube-scheduler's validation does (the subset we read).
+    /// Checks values the way kube-scheduler's validation does ([`validation`]): every problem
+    /// is reported, each naming its field.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] describing the first problem.
+    /// [`ConfigError::Invalid`] listing the problems (one alone, or `[a, b, ...]` as Go's
+    /// aggregate errors print).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let c = &self.component;
-        let bad = |s: String| Err(ConfigError::Invalid(s));
-        if let Some(v) = c.api_version.as_deref()
-            && v != "kubescheduler.config.k8s.io/v1"
-        {
-            return bad(format!(
-                "apiVersion: Unsupported value: {v:?}: supported values: \"kubescheduler.config.k8s.io/v1\""
-            ));
+        let errs = validation::validate(&self.component);
+        match errs.len() {
+            0 => Ok(()),
+            1 => Err(ConfigError::Invalid(errs.into_iter().next().unwrap_or_default())),
+            _ => Err(ConfigError::Invalid(format!("[{}]", errs.join(", ")))),
         }
-        if let Some(k) = c.kind.as_deref()
-            && k != "KubeSchedulerConfiguration"
-        {
-            return bad(format!("kind: Unsupported value: {k:?}"));
-        }
-        if c.parallelism.is_some_and(|p| p <= 0) {
-            return bad("parallelism: Invalid value: should be an integer greater than 0".into());
-        }
-        let pct_ok = |p: Option<i32>| p.is_none_or(|p| (0..=100).contains(&p));
-        if !pct_ok(c.percentage_of_nodes_to_score) {
-            return bad("percentageOfNodesToScore: Invalid value: not in valid range [0-100]".into());
-        }
-        if c.pod_initial_backoff_seconds.is_some_and(|s| s <= 0) || c.pod_max_backoff_seconds.is_some_and(|s| s <= 0) {
-            return bad("podInitialBackoffSeconds/podMaxBackoffSeconds: must be greater than 0".into());
-        }
-        let mut names = HashSet::new();
-        for (i, p) in c.profiles.iter().enumerate() {
-            let name = p.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
-            if !names.insert(name.clone()) {
-                return bad(format!("profiles[{i}].schedulerName: Duplicate value: {name:?}"));
-            }
-            if !pct_ok(p.percentage_of_nodes_to_score) {
-                return bad(format!(
-                    "profiles[{i}].percentageOfNodesToScore: Invalid value: not in valid range [0-100]"
-                ));
-            }
-        }
-        if let Some(le) = &c.leader_election {
-            for d in [&le.lease_duration, &le.renew_deadline, &le.retry_period].into_iter().flatten() {
-                parse_duration(d).map_err(ConfigError::Invalid)?;
-            }
-        }
+    }
+
+    /// Everything kube-scheduler checks before it schedules: [`Self::validate`], then each
+    /// profile built (unknown plugins, plugins at points they do not implement, plugin args)
+    /// and each extender's client made (URL, TLS files). `skiff server --scheduler-config`
+    /// refuses to start when this fails.
+    ///
+    /// # Errors
+    /// The first problem found, as a message.
+    pub fn check(&self) -> Result<(), String> {
+        self.validate().map_err(|e| e.to_string())?;
+        build_frameworks(self, &Handle::new(Arc::new(crate::api::NoopApi)))?;
+        crate::extender::build_extenders(&self.component.extenders)?;
         Ok(())
     }
 
@@ -343,11 +431,8 @@ impl SchedulerConfig {
         if self.component.profiles.is_empty() {
             return vec![DEFAULT_SCHEDULER_NAME.into()];
         }
-        self.component
-            .profiles
-            .iter()
-            .map(|p| p.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into()))
-            .collect()
+        let profiles = &self.component.profiles;
+        (0..profiles.len()).map(|i| effective_scheduler_name(profiles, i)).collect()
     }
 }
 
@@ -434,8 +519,18 @@ pub fn build_frameworks(cfg: &SchedulerConfig, handle: &Handle) -> Result<Vec<Ar
         if cfg.component.profiles.is_empty() { &default_profile } else { &cfg.component.profiles };
     let mut out = Vec::new();
     let mut queue_sort_name: Option<String> = None;
-    for profile in profiles {
-        let pname = profile.scheduler_name.clone().unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.into());
+    // Extended resources an extender checks itself are left out of NodeResourcesFit's Filter
+    // (`ignoredByScheduler`), as kube-scheduler adds them to that plugin's ignoredResources.
+    let ignored_by_extenders: Vec<serde_json::Value> = cfg
+        .component
+        .extenders
+        .iter()
+        .flat_map(|e| e.managed_resources.iter())
+        .filter(|r| r.ignored_by_scheduler)
+        .map(|r| serde_json::Value::String(r.name.clone()))
+        .collect();
+    for (i, profile) in profiles.iter().enumerate() {
+        let pname = effective_scheduler_name(profiles, i);
         let user = profile.plugins.clone().unwrap_or_default();
         // multiPoint: defaults, minus disabled, plus/overridden by enabled.
         let mut multi: Vec<(String, i64)> = DEFAULT_MULTI_POINT.iter().map(|(n, w)| (n.to_string(), *w)).collect();
@@ -451,8 +546,29 @@ pub fn build_frameworks(cfg: &SchedulerConfig, handle: &Handle) -> Result<Vec<Ar
             }
         }
         // Instantiate every plugin mentioned once.
-        let args: HashMap<&str, &serde_json::Value> =
+        let mut fit_args = None;
+        if !ignored_by_extenders.is_empty() {
+            let mut a = profile
+                .plugin_config
+                .iter()
+                .find(|c| c.name == crate::plugins::names::NODE_RESOURCES_FIT)
+                .map(|c| c.args.clone())
+                .filter(|a| a.is_object())
+                .unwrap_or_else(|| serde_json::json!({}));
+            let list = a
+                .as_object_mut()
+                .map(|o| o.entry("ignoredResources").or_insert_with(|| serde_json::json!([])))
+                .and_then(|l| l.as_array_mut());
+            if let Some(list) = list {
+                list.extend(ignored_by_extenders.iter().cloned());
+            }
+            fit_args = Some(a);
+        }
+        let mut args: HashMap<&str, &serde_json::Value> =
             profile.plugin_config.iter().map(|c| (c.name.as_str(), &c.args)).collect();
+        if let Some(a) = &fit_args {
+            args.insert(crate::plugins::names::NODE_RESOURCES_FIT, a);
+        }
         let mut instances: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
         let mentioned = multi
             .iter()
@@ -646,7 +762,7 @@ profiles:
             "profiles:\n- pluginConfig:\n  - name: NodeResourcesFit\n    args: {scoringStrategy: {type: Bogus}}\n",
         )
         .unwrap_err();
-        assert!(err.contains("NodeResourcesFit"), "{err}");
+        assert!(err.contains("pluginConfig[0].args.scoringStrategy.type: Unsupported value: \"Bogus\""), "{err}");
         assert!(frameworks("parallelism: [").is_err());
     }
 
@@ -659,6 +775,365 @@ profiles:
         assert_eq!(cfg.leader_election().unwrap().lease_duration, Duration::from_secs(30));
         let cfg = SchedulerConfig::from_yaml("leaderElection:\n  leaderElect: false\n").unwrap();
         assert_eq!(cfg.leader_election(), None);
+    }
+
+    /// A valid configuration with every field the upstream test's `validConfig` sets, and
+    /// its mutations from `TestValidateKubeSchedulerConfigurationV1` with the errors kube-scheduler
+    /// reports for them.
+    const VALID: &str = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+parallelism: 8
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 1
+percentageOfNodesToScore: 35
+leaderElection:
+  leaderElect: true
+  leaseDuration: 30s
+  renewDeadline: 15s
+  retryPeriod: 5s
+  resourceLock: leases
+  resourceName: name
+  resourceNamespace: namespace
+profiles:
+- schedulerName: me
+  plugins:
+    queueSort:
+      enabled: [{name: PrioritySort}]
+    score:
+      disabled: [{name: "*"}]
+  pluginConfig:
+  - name: DefaultPreemption
+    args: {minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}
+- schedulerName: other
+  plugins:
+    queueSort:
+      enabled: [{name: PrioritySort}]
+    bind:
+      enabled: [{name: DefaultBinder}]
+extenders:
+- urlPrefix: http://127.0.0.1:8888/
+  prioritizeVerb: prioritize
+  weight: 1
+"#;
+
+    fn with(edit: impl FnOnce(&mut KubeSchedulerConfiguration)) -> Result<(), String> {
+        let mut cfg = SchedulerConfig::from_yaml(VALID).map_err(|e| format!("valid config refused: {e}"))?;
+        edit(&mut cfg.component);
+        match cfg.validate() {
+            Err(ConfigError::Invalid(s)) => Err(s),
+            other => other.map_err(|e| e.to_string()),
+        }
+    }
+
+    fn args(yaml: &str) -> serde_json::Value {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    type Edit = Box<dyn FnOnce(&mut KubeSchedulerConfiguration)>;
+
+    #[test]
+    fn the_upstream_validation_table_gives_kube_schedulers_field_errors() {
+        let cases: Vec<(&str, Edit, &str)> = vec![
+            ("good config", Box::new(|_| {}), ""),
+            (
+                "bad parallelism",
+                Box::new(|c| c.parallelism = Some(0)),
+                "parallelism: Invalid value: 0: should be an integer value greater than zero",
+            ),
+            (
+                "bad percentageOfNodesToScore",
+                Box::new(|c| c.percentage_of_nodes_to_score = Some(-1)),
+                "percentageOfNodesToScore: Invalid value: -1: not in valid range [0-100]",
+            ),
+            (
+                "bad resourceLock",
+                Box::new(|c| c.leader_election.as_mut().unwrap().resource_lock = Some("configmap".into())),
+                "leaderElection.resourceLock: Invalid value: \"configmap\": resourceLock value must be \"leases\"",
+            ),
+            (
+                "lease duration not above the renew deadline",
+                Box::new(|c| c.leader_election.as_mut().unwrap().renew_deadline = Some("30s".into())),
+                "leaderElection.leaseDuration: Invalid value: \"30s\": LeaseDuration must be greater than RenewDeadline",
+            ),
+            (
+                "bad initial backoff",
+                Box::new(|c| c.pod_initial_backoff_seconds = Some(0)),
+                "podInitialBackoffSeconds: Invalid value: 0: must be greater than 0",
+            ),
+            (
+                "max backoff below initial",
+                Box::new(|c| {
+                    c.pod_initial_backoff_seconds = Some(5);
+                    c.pod_max_backoff_seconds = Some(1)
+                }),
+                "podMaxBackoffSeconds: Invalid value: 1: must be greater than or equal to PodInitialBackoffSeconds",
+            ),
+            (
+                "scheduler name not set",
+                Box::new(|c| c.profiles[1].scheduler_name = None),
+                "profiles[1].schedulerName: Required value",
+            ),
+            (
+                "repeated scheduler name",
+                Box::new(|c| c.profiles[1].scheduler_name = Some("me".into())),
+                "profiles[1].schedulerName: Duplicate value: profiles[0].schedulerName",
+            ),
+            (
+                "different queue sort",
+                Box::new(|c| c.profiles[1].plugins.as_mut().unwrap().queue_sort.enabled[0].name = "AnotherSort".into()),
+                "profiles[1].plugins.queueSort: Invalid value: {enabled: [\"AnotherSort\"]}: must be the same for all profiles",
+            ),
+            (
+                "one empty queue sort",
+                Box::new(|c| c.profiles[1].plugins.as_mut().unwrap().queue_sort = PluginSet::default()),
+                "profiles[1].plugins.queueSort: Invalid value: {enabled: []}: must be the same for all profiles",
+            ),
+            (
+                "extender negative weight",
+                Box::new(|c| c.extenders[0].weight = -1),
+                "extenders[0].weight: Invalid value: -1: must have a positive weight applied to it",
+            ),
+            (
+                "extender duplicate bind",
+                Box::new(|c| {
+                    c.extenders[0].bind_verb = "foo".into();
+                    let mut e = c.extenders[0].clone();
+                    e.url_prefix = "http://127.0.0.1:8889/".into();
+                    c.extenders.push(e);
+                }),
+                "extenders: Invalid value: \"found 2 extenders implementing bind\": only one extender can implement bind",
+            ),
+            (
+                "extender managed resource not an extended resource",
+                Box::new(|c| {
+                    c.extenders[0]
+                        .managed_resources
+                        .push(ExtenderManagedResource { name: "foo".into(), ignored_by_scheduler: false })
+                }),
+                "extenders[0].managedResources[0].name: Invalid value: \"foo\": is an invalid extended resource name",
+            ),
+            (
+                "extender duplicate managed resource",
+                Box::new(|c| {
+                    let r = ExtenderManagedResource { name: "example.com/foo".into(), ignored_by_scheduler: false };
+                    c.extenders[0].managed_resources = vec![r.clone(), r];
+                }),
+                "extenders[0].managedResources[1].name: Invalid value: \"example.com/foo\": duplicate extender managed resource name",
+            ),
+            (
+                "invalid node percentage in a profile",
+                Box::new(|c| c.profiles[0].percentage_of_nodes_to_score = Some(200)),
+                "profiles[0].percentageOfNodesToScore: Invalid value: 200: not in valid range [0-100]",
+            ),
+            (
+                "bad plugin args",
+                Box::new(|c| {
+                    c.profiles[0].plugin_config[0] =
+                        PluginConfig { name: "InterPodAffinity".into(), args: args("hardPodAffinityWeight: -1") }
+                }),
+                "profiles[0].pluginConfig[0].args.hardPodAffinityWeight: Invalid value: -1: not in valid range [0, 100]",
+            ),
+            (
+                "duplicated pluginConfig",
+                Box::new(|c| {
+                    let dup = c.profiles[0].plugin_config[0].clone();
+                    c.profiles[0].plugin_config.push(dup);
+                }),
+                "profiles[0].pluginConfig[1]: Duplicate value: \"DefaultPreemption\"",
+            ),
+            (
+                "plugin removed from v1",
+                Box::new(|c| {
+                    c.profiles[0]
+                        .plugins
+                        .as_mut()
+                        .unwrap()
+                        .filter
+                        .enabled
+                        .push(PluginRef { name: "AzureDiskLimits".into(), weight: None })
+                }),
+                "profiles[0].plugins.filter.enabled[0]: Invalid value: \"AzureDiskLimits\": was invalid in version \"kubescheduler.config.k8s.io/v1\" (KubeSchedulerConfiguration is version \"kubescheduler.config.k8s.io/v1\")",
+            ),
+            (
+                "two errors are both reported",
+                Box::new(|c| {
+                    c.parallelism = Some(-1);
+                    c.extenders[0].weight = 0;
+                }),
+                "[parallelism: Invalid value: -1: should be an integer value greater than zero, extenders[0].weight: Invalid value: 0: must have a positive weight applied to it]",
+            ),
+        ];
+        for (name, edit, want) in cases {
+            let got = with(edit).err().unwrap_or_default();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_upstream_plugin_args_tables_give_kube_schedulers_field_errors() {
+        let cases = [
+            (
+                "DefaultPreemption",
+                "minCandidateNodesPercentage: -1",
+                "args.minCandidateNodesPercentage: Invalid value: -1: not in valid range [0, 100]",
+            ),
+            (
+                "DefaultPreemption",
+                "minCandidateNodesAbsolute: -1",
+                "args.minCandidateNodesAbsolute: Invalid value: -1: not in valid range [0, inf)",
+            ),
+            (
+                "DefaultPreemption",
+                "{minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}",
+                "[profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the same time as minCandidateNodesAbsolute, profiles[0].pluginConfig[0].args.minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage]",
+            ),
+            (
+                "InterPodAffinity",
+                "hardPodAffinityWeight: 101",
+                "args.hardPodAffinityWeight: Invalid value: 101: not in valid range [0, 100]",
+            ),
+            ("InterPodAffinity", "hardPodAffinityWeight: 100", ""),
+            (
+                "PodTopologySpread",
+                "{defaultingType: List, defaultConstraints: [{maxSkew: 0, topologyKey: k, whenUnsatisfiable: DoNotSchedule}]}",
+                "args.defaultConstraints[0].maxSkew: Invalid value: 0: not in valid range (0, inf)",
+            ),
+            (
+                "PodTopologySpread",
+                "{defaultingType: List, defaultConstraints: [{maxSkew: 1, topologyKey: \"\", whenUnsatisfiable: DoNotSchedule}]}",
+                "args.defaultConstraints[0].topologyKey: Required value: can not be empty",
+            ),
+            (
+                "PodTopologySpread",
+                "{defaultingType: List, defaultConstraints: [{maxSkew: 1, topologyKey: k, whenUnsatisfiable: Sometimes}]}",
+                "args.defaultConstraints[0].whenUnsatisfiable: Unsupported value: \"Sometimes\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
+            ),
+            (
+                "PodTopologySpread",
+                "{defaultingType: List, defaultConstraints: [{maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule}, {maxSkew: 2, topologyKey: k, whenUnsatisfiable: DoNotSchedule}]}",
+                "args.defaultConstraints[1]: Duplicate value: \"{k, DoNotSchedule}\"",
+            ),
+            (
+                "PodTopologySpread",
+                "{defaultingType: List, defaultConstraints: [{maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule, labelSelector: {}}]}",
+                "args.defaultConstraints[0].labelSelector: Forbidden: constraint must not define a selector, as they deduced for each pod",
+            ),
+            (
+                "PodTopologySpread",
+                "{defaultConstraints: [{maxSkew: 1, topologyKey: k, whenUnsatisfiable: DoNotSchedule}]}",
+                "args.defaultingType: Invalid value: \"System\": when .defaultConstraints are not empty",
+            ),
+            (
+                "PodTopologySpread",
+                "defaultingType: Sometimes",
+                "args.defaultingType: Unsupported value: \"Sometimes\": supported values: \"List\", \"System\"",
+            ),
+            (
+                "NodeResourcesFit",
+                "scoringStrategy: {type: Invalid}",
+                "args.scoringStrategy.type: Unsupported value: \"Invalid\": supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\"",
+            ),
+            (
+                "NodeResourcesFit",
+                "scoringStrategy: {type: LeastAllocated, resources: [{name: cpu, weight: 101}]}",
+                "args.scoringStrategy.resources[0].weight: Invalid value: 101: resource weight of cpu not in valid range (0, 100]",
+            ),
+            (
+                "NodeResourcesFit",
+                "scoringStrategy: {type: RequestedToCapacityRatio}",
+                "args.scoringStrategy.requestedToCapacityRatio: Required value: must be specified when type is RequestedToCapacityRatio",
+            ),
+            (
+                "NodeResourcesFit",
+                "scoringStrategy: {type: MostAllocated, requestedToCapacityRatio: {shape: []}}",
+                "args.scoringStrategy.requestedToCapacityRatio: Forbidden: must be nil when type is not RequestedToCapacityRatio",
+            ),
+            (
+                "NodeResourcesFit",
+                "scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRatio: {shape: [{utilization: 50, score: 1}, {utilization: 30, score: 11}]}}",
+                "[profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[1].utilization: Invalid value: 30: values must be sorted in increasing order, profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[1].score: Invalid value: 11: not in valid range [0, 10]]",
+            ),
+            (
+                "NodeResourcesFit",
+                "ignoredResourceGroups: [example.com/aaa]",
+                "args.ignoredResourceGroups[0]: Invalid value: \"example.com/aaa\": resource group name can't contain '/'",
+            ),
+            ("NodeResourcesFit", "scoringStrategy: {type: MostAllocated}", ""),
+            (
+                "NodeResourcesBalancedAllocation",
+                "resources: [{name: cpu, weight: 2}]",
+                "args.resources[0].weight: Invalid value: 2: must be 1",
+            ),
+            (
+                "NodeResourcesBalancedAllocation",
+                "resources: [{name: cpu}, {name: cpu}]",
+                "args.resources[1].name: Duplicate value: \"cpu\"",
+            ),
+        ];
+        for (plugin, yaml, want) in cases {
+            let got = with(|c| c.profiles[0].plugin_config[0] = PluginConfig { name: plugin.into(), args: args(yaml) })
+                .err()
+                .unwrap_or_default();
+            let want = if want.is_empty() || want.starts_with('[') {
+                want.to_string()
+            } else {
+                format!("profiles[0].pluginConfig[0].{want}")
+            };
+            assert_eq!(got, want, "{plugin}: {yaml}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_as_kube_schedulers_strict_decoding_does() {
+        let err = SchedulerConfig::from_yaml("profile:\n- schedulerName: a\n").err().unwrap().to_string();
+        assert!(err.contains("unknown field") && err.contains("profile"), "{err}");
+        let err =
+            SchedulerConfig::from_yaml("profiles:\n- schedulerName: a\n  plugin: {}\n").err().unwrap().to_string();
+        assert!(err.contains("unknown field"), "{err}");
+        assert!(SchedulerConfig::from_yaml("clientConnection: {kubeconfig: /x}\nenableProfiling: false\n").is_ok());
+    }
+
+    #[test]
+    fn a_single_unnamed_profile_is_the_default_scheduler_but_several_need_names() {
+        assert_eq!(SchedulerConfig::from_yaml("profiles:\n- {}\n").unwrap().profile_names(), vec!["default-scheduler"]);
+        let err = SchedulerConfig::from_yaml("profiles:\n- schedulerName: a\n- {}\n").err().unwrap().to_string();
+        assert!(err.contains("profiles[1].schedulerName: Required value"), "{err}");
+    }
+
+    #[test]
+    fn a_file_error_names_the_file_the_field_and_the_problem() {
+        let dir = std::env::temp_dir().join(format!("skiff-sched-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.yaml");
+        std::fs::write(&path, "parallelism: 0\n").unwrap();
+        let err = SchedulerConfig::from_file(&path).err().unwrap().to_string();
+        assert!(err.starts_with(&path.display().to_string()), "{err}");
+        assert!(err.contains("parallelism: Invalid value: 0"), "{err}");
+        std::fs::write(&path, "profiles:\n- plugins:\n    score:\n      enabled: [{name: Nope}]\n").unwrap();
+        let err = SchedulerConfig::from_file(&path).err().unwrap().to_string();
+        assert!(err.contains("plugin \"Nope\" does not exist"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn extenders_managed_resources_ignored_by_the_scheduler_are_not_checked_by_node_resources_fit() {
+        let yaml = "extenders:\n- urlPrefix: http://127.0.0.1:1/\n  filterVerb: filter\n  managedResources: [{name: example.com/gpu, ignoredByScheduler: true}]\n";
+        let cfg = SchedulerConfig::from_yaml(yaml).unwrap();
+        let fws = build_frameworks(&cfg, &Handle::new(Arc::new(RecordingApi::default()))).unwrap();
+        let pod = crate::testing::make_pod("p").req(&[("example.com/gpu", "1")]).info();
+        let node = crate::testing::make_node("n").capacity(&[("cpu", "1"), ("memory", "1Gi"), ("pods", "10")]).obj();
+        let snap = crate::plugins::test_util::snapshot(vec![node], &[]);
+        let fits = |fw: &Framework| {
+            let mut state = crate::framework::CycleState::new();
+            let (_, s, _) = fw.run_pre_filter_plugins(&mut state, &pod, &snap);
+            s.is_success() && fw.run_filter_plugins(&state, &pod, &snap.nodes()[0]).is_success()
+        };
+        assert!(fits(&fws[0]));
+        // Without the extender the same pod does not fit.
+        let fws =
+            build_frameworks(&SchedulerConfig::default(), &Handle::new(Arc::new(RecordingApi::default()))).unwrap();
+        assert!(!fits(&fws[0]));
     }
 
     #[test]

@@ -28,7 +28,9 @@
 //! - Plugins see only [`framework`]; they never touch the queue, the cache or the network
 //!   directly (API writes go through [`framework::ClusterApi`] in the handle).
 //! - The scheduling cycle is synchronous and never waits on the network: binding, events,
-//!   status updates and preemption deletes run as tasks.
+//!   status updates and preemption deletes run as tasks. Configured HTTP extenders
+//!   ([`extender`]) are the exception, as in kube-scheduler: their filter, prioritize and
+//!   preempt calls are part of the cycle.
 //! - A pod is *assumed* in the cache the moment a node is chosen, so the next cycle counts it;
 //!   a failed binding forgets it.
 //! - All state the scheduler acts on comes from the API (informers); nothing reads the store.
@@ -38,6 +40,7 @@ pub mod api;
 pub mod bench;
 pub mod cache;
 pub mod config;
+pub mod extender;
 pub mod framework;
 pub mod informer;
 pub mod plugins;

@@ -135,6 +135,11 @@ impl Shared {
         }
         let reason = if rejected { "Unschedulable" } else { "SchedulerError" };
         let message = truncate(message);
+        if rejected {
+            tracing::debug!(pod = %pod.key, err = %message, "Unable to schedule pod; no fit; waiting");
+        } else {
+            tracing::debug!(pod = %pod.key, err = %message, "Error scheduling pod; retrying");
+        }
         let current = pod
             .pod
             .status
@@ -377,9 +382,13 @@ impl Scheduler {
             let code = scored.as_ref().map_or(Code::Error, |_| Code::Success);
             fwk.observe_extension_point(ExtensionPoint::Score, code, t);
             scored.map_err(|s| Failure::error(s.message()))?.0
-        } else {
+        } else if self.shared.handle.extenders.is_empty() {
             vec![1; feasible.len()]
+        } else {
+            vec![0; feasible.len()]
         };
+        let mut totals = totals;
+        self.add_extender_scores(pod, &feasible, &mut totals);
         let host = self.select_host(&feasible, &totals);
         Ok(Chosen { host, evaluated, feasible: feasible.len() })
     }
@@ -427,7 +436,10 @@ impl Scheduler {
             && let Some(n) = self.snapshot.get(nnn).cloned()
             && fwk.run_filter_plugins_with_nominated_pods(state, pod, &n).is_success()
         {
-            return Ok((vec![n], diagnosis));
+            let passed = self.find_nodes_that_pass_extenders(pod, vec![n], &mut diagnosis)?;
+            if !passed.is_empty() {
+                return Ok((passed, diagnosis));
+            }
         }
         let narrowed: Option<Vec<Arc<NodeInfo>>> = match pre_res.and_then(|r| r.node_names) {
             Some(names) => {
@@ -457,9 +469,101 @@ impl Scheduler {
         if !nodes.is_empty() {
             self.next_start_node_index = (self.next_start_node_index + processed) % nodes.len();
         }
+        let before = feasible.len();
+        let feasible = self.find_nodes_that_pass_extenders(pod, feasible, &mut diagnosis)?;
+        if feasible.len() != before {
+            diagnosis.unschedulable_plugins.insert(EXTENDER_NAME.to_string());
+        }
         Ok((feasible, diagnosis))
     }
+
+    /// The extenders' filter calls on the nodes the plugins kept (`findNodesThatPassExtenders`):
+    /// each interested extender narrows the list in turn; the nodes it rejects get its reasons in
+    /// the diagnosis (unresolvable ones as UnschedulableAndUnresolvable, so preemption skips
+    /// them). A failing extender fails the attempt unless it is ignorable.
+    fn find_nodes_that_pass_extenders(
+        &self,
+        pod: &Arc<PodInfo>,
+        mut feasible: Vec<Arc<NodeInfo>>,
+        diagnosis: &mut Diagnosis,
+    ) -> Result<Vec<Arc<NodeInfo>>, Failure> {
+        let extenders = self.shared.handle.extenders.clone();
+        for ext in extenders.iter() {
+            if feasible.is_empty() {
+                break;
+            }
+            if !ext.is_filter() || !ext.is_interested(&pod.pod) {
+                continue;
+            }
+            let result = crate::extender::block_on(Some(&self.runtime), ext.filter(&pod.pod, &feasible));
+            let result = match result {
+                Ok(r) => r,
+                Err(e) if ext.is_ignorable() => {
+                    tracing::info!(extender = ext.name(), error = %e, pod = %pod.key, "Skipping extender as it returned error and has ignorable flag set");
+                    continue;
+                }
+                Err(e) => return Err(Failure::error(e)),
+            };
+            for (node, msg) in &result.failed_and_unresolvable {
+                let mut reasons: Vec<std::borrow::Cow<'static, str>> =
+                    diagnosis.node_to_status.get(node).reasons().to_vec();
+                reasons.push(msg.clone().into());
+                diagnosis.node_to_status.set(node, Status::with_reasons(Code::UnschedulableAndUnresolvable, reasons));
+            }
+            for (node, msg) in &result.failed {
+                if result.failed_and_unresolvable.contains_key(node) {
+                    continue;
+                }
+                let current = diagnosis.node_to_status.get(node);
+                let status = if current.is_success() || current.reasons().is_empty() {
+                    Status::unschedulable(msg.clone())
+                } else {
+                    let mut reasons = current.reasons().to_vec();
+                    reasons.push(msg.clone().into());
+                    Status::with_reasons(current.code(), reasons)
+                };
+                diagnosis.node_to_status.set(node, status);
+            }
+            let kept: HashSet<&str> = result.feasible.iter().map(String::as_str).collect();
+            feasible.retain(|n| kept.contains(n.name()));
+        }
+        Ok(feasible)
+    }
+
+    /// Adds the extenders' prioritize scores to `totals` (`prioritizeNodes`): each interested
+    /// extender is called concurrently; a score (0-10) counts `weight × 10` times, so an
+    /// extender's range matches the plugins' 0-100. A failing prioritize call is ignored.
+    fn add_extender_scores(&self, pod: &Arc<PodInfo>, nodes: &[Arc<NodeInfo>], totals: &mut [i64]) {
+        let extenders: Vec<_> =
+            self.shared.handle.extenders.iter().filter(|e| e.is_interested(&pod.pod)).cloned().collect();
+        if extenders.is_empty() {
+            return;
+        }
+        let calls = futures::future::join_all(extenders.iter().map(|e| e.prioritize(&pod.pod, nodes)));
+        let results =
+            crate::extender::block_on(Some(&self.runtime), async { Ok::<_, String>(calls.await) }).unwrap_or_default();
+        let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.name(), i)).collect();
+        let scale = crate::framework::MAX_NODE_SCORE / crate::extender::MAX_EXTENDER_PRIORITY;
+        for (ext, r) in extenders.iter().zip(results) {
+            match r {
+                Ok((list, weight)) => {
+                    for hp in list {
+                        if let Some(&i) = index.get(hp.host.as_str()) {
+                            totals[i] += hp.score * weight * scale;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(extender = ext.name(), error = %e, pod = %pod.key, "extender prioritize failed; ignored")
+                }
+            }
+        }
+    }
 }
+
+/// The plugin name the diagnosis records when extenders filtered nodes out
+/// (`framework.ExtenderName`).
+pub const EXTENDER_NAME: &str = "Extender";
 
 /// Filters `nodes` in parallel, starting at `start` (mod len) and stopping once enough feasible
 /// nodes are found. Returns the feasible nodes (in evaluation order) and how many nodes were
@@ -522,6 +626,24 @@ fn find_nodes_that_pass_filters(
     }
 }
 
+/// Binds through the first interested binder extender (`extendersBinding`); None when no
+/// extender binds the pod (the Bind plugins then do). An ignorable extender's failure passes
+/// the pod on to the next one.
+async fn extenders_binding(shared: &Shared, pod: &PodInfo, host: &str) -> Option<Result<(), String>> {
+    for ext in shared.handle.extenders.iter() {
+        if !ext.is_binder() || !ext.is_interested(&pod.pod) {
+            continue;
+        }
+        match ext.bind(&pod.namespace, &pod.name, &pod.uid, host).await {
+            Err(e) if ext.is_ignorable() => {
+                tracing::info!(extender = ext.name(), error = %e, pod = %pod.key, "Skipping extender in bind as it returned error and has ignorable flag set");
+            }
+            r => return Some(r),
+        }
+    }
+    None
+}
+
 /// The binding cycle of one assumed pod (`bindingCycle`): on failure the pod is unreserved,
 /// forgotten by the cache (freeing its room, which may help parked pods) and requeued with
 /// backoff.
@@ -549,7 +671,11 @@ async fn binding_cycle(
     }
     if s.is_success() {
         let t = Instant::now();
-        s = fwk.run_bind_plugins(&state, &pod, &host).await;
+        s = match extenders_binding(&shared, &pod, &host).await {
+            Some(Ok(())) => Status::success(),
+            Some(Err(e)) => Status::error(e),
+            None => fwk.run_bind_plugins(&state, &pod, &host).await,
+        };
         if s.is_skip() {
             s = Status::error("no bind plugin handled the pod");
         }
@@ -571,7 +697,7 @@ async fn binding_cycle(
         if let Err(e) = shared.handle.api.record_event(ev).await {
             tracing::debug!(error = %format!("{e:#}"), "recording Scheduled event failed");
         }
-        tracing::debug!(pod = %pod.key, node = %host, elapsed = ?start.elapsed(), "bound");
+        tracing::debug!(pod = %pod.key, node = %host, elapsed = ?start.elapsed(), "Successfully bound pod to node");
         return Ok(());
     }
     let t = Instant::now();

@@ -159,8 +159,7 @@ pub async fn run_scheduler_with_metrics(
     config: SchedulerConfig,
     metrics: SchedulerMetrics,
 ) -> anyhow::Result<()> {
-    config.validate()?;
-    build_frameworks(&config, &Handle::new(Arc::new(crate::api::NoopApi))).map_err(|e| anyhow::anyhow!("{e}"))?;
+    config.check().map_err(|e| anyhow::anyhow!("invalid KubeSchedulerConfiguration: {e}"))?;
     let Some(le) = config.leader_election() else {
         return run_unelected_with_metrics(client, config, metrics).await;
     };
@@ -218,7 +217,11 @@ pub async fn run_unelected_with_metrics(
         parallelizer: Parallelizer::new(config.parallelism()),
         runtime: Some(tokio::runtime::Handle::current()),
         metrics,
+        extenders: Arc::new(crate::extender::build_extenders(&config.component.extenders).map_err(anyhow::Error::msg)?),
     };
+    for e in handle.extenders.iter() {
+        tracing::info!(extender = e.name(), "scheduler extender");
+    }
     let profiles = build_frameworks(&config, &handle).map_err(|e| anyhow::anyhow!("{e}"))?;
     for fw in &profiles {
         tracing::info!(profile = fw.profile_name(), plugins = ?fw.list_plugins(), "scheduler profile");

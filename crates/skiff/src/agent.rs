@@ -76,6 +76,9 @@ pub struct AgentArgs {
     /// Do not program Service rules on this host (k3s's flag): no node proxy.
     #[arg(long)]
     pub disable_kube_proxy: bool,
+    /// Log verbosity and format (`-v`, `--vmodule`, `--logging-format`).
+    #[command(flatten)]
+    pub logging: crate::logging::LoggingArgs,
 }
 
 /// The token from `--token` or `--token-file`.

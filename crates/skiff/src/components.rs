@@ -56,7 +56,8 @@ async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
     manager.await
 }
 
-/// kube-scheduler's role: binds pending pods to nodes (default profile, leader-elected).
+/// kube-scheduler's role: binds pending pods to nodes (leader-elected), with the profiles and
+/// extenders of `--scheduler-config` or the default profile.
 ///
 /// Its Prometheus metrics (`scheduler_schedule_attempts_total`, `scheduler_pending_pods`, ...)
 /// are served on the API server's `/metrics`.
@@ -64,7 +65,7 @@ async fn scheduler(ctx: ComponentContext) -> anyhow::Result<()> {
     let metrics = skiff_scheduler::framework::metrics::SchedulerMetrics::default();
     // The registry lock is released at the end of this statement, before the scheduler runs.
     metrics.register(&mut ctx.metrics.lock());
-    let config = skiff_scheduler::config::SchedulerConfig::default();
+    let config = ctx.scheduler_config.clone();
     let mut stop = ctx.shutdown.clone();
     tokio::select! {
         r = skiff_scheduler::scheduler::run_scheduler_with_metrics(ctx.client, config, metrics) => r,

@@ -10,6 +10,7 @@ mod bench;
 mod components;
 mod datastore;
 mod images;
+mod logging;
 mod pidfile;
 mod secretsencrypt;
 mod server;
@@ -56,11 +57,14 @@ struct KillallArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    // The server and the agent take klog's verbosity flags; other subcommands log at info
+    // (or as RUST_LOG says).
+    match &cli.command {
+        Command::Server(args) => logging::init(&args.logging)?,
+        Command::Agent(args) => logging::init(&args.logging)?,
+        _ => logging::init(&logging::LoggingArgs::default())?,
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async move {
         match cli.command {

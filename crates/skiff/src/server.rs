@@ -159,6 +159,25 @@ pub struct ServerArgs {
     /// PodSecurity, MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
     #[arg(long, value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
+    /// `tolerationSeconds` of the `node.kubernetes.io/not-ready:NoExecute` toleration the
+    /// DefaultTolerationSeconds admission plugin adds to every pod that has none
+    /// (kube-apiserver's flag).
+    #[arg(long, default_value_t = skiff_apiserver::filters::authorization::DEFAULT_TOLERATION_SECONDS)]
+    pub default_not_ready_toleration_seconds: i64,
+    /// `tolerationSeconds` of the `node.kubernetes.io/unreachable:NoExecute` toleration the
+    /// DefaultTolerationSeconds admission plugin adds to every pod that has none
+    /// (kube-apiserver's flag).
+    #[arg(long, default_value_t = skiff_apiserver::filters::authorization::DEFAULT_TOLERATION_SECONDS)]
+    pub default_unreachable_toleration_seconds: i64,
+    /// A `kubescheduler.config.k8s.io/v1` KubeSchedulerConfiguration file for the scheduler
+    /// (kube-scheduler's `--config`): profiles chosen by a pod's `spec.schedulerName`, each with
+    /// its plugins, weights and plugin args, `parallelism`, `percentageOfNodesToScore` and HTTP
+    /// `extenders`. Checked at start: the server refuses to start on an invalid file.
+    #[arg(long)]
+    pub scheduler_config: Option<PathBuf>,
+    /// Log verbosity and format (`-v`, `--vmodule`, `--logging-format`).
+    #[command(flatten)]
+    pub logging: crate::logging::LoggingArgs,
 }
 
 /// Checks an IPv4 CIDR such as `10.42.0.0/16`.
@@ -242,6 +261,9 @@ pub struct ComponentContext {
     /// The API server's metrics registry: families registered here are served on its
     /// `/metrics` next to the API server's own.
     pub metrics: skiff_apiserver::metrics::SharedRegistry,
+    /// The scheduler's configuration (`--scheduler-config`, already checked), or the default
+    /// profile.
+    pub scheduler_config: skiff_scheduler::SchedulerConfig,
 }
 
 /// A component run inside `skiff server` once the API server is ready.
@@ -287,6 +309,12 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let data_dir = std::path::absolute(&data_dir).unwrap_or(data_dir);
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating the data directory {}", data_dir.display()))?;
+    // Configuration files are checked before anything starts: an invalid one stops the server
+    // here, naming the file, the field and the problem, rather than running half-configured.
+    let scheduler_config = match &args.scheduler_config {
+        Some(path) => skiff_scheduler::SchedulerConfig::from_file(path)?,
+        None => skiff_scheduler::SchedulerConfig::default(),
+    };
     let pid_file = crate::pidfile::claim(&data_dir)?;
     let mut store = open_store(&args, &data_dir).await?;
     if let Some(path) = &args.encryption_provider_config {
@@ -311,6 +339,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         &args.disable_admission_plugins,
     )
     .map_err(anyhow::Error::msg)?;
+    config.security.default_not_ready_toleration_seconds = args.default_not_ready_toleration_seconds;
+    config.security.default_unreachable_toleration_seconds = args.default_unreachable_toleration_seconds;
     config.services = skiff_apiserver::registry::core::service::alloc::ServiceAllocator::new(
         skiff_apiserver::registry::core::service::ranges::ServiceIpRange::parse(&args.service_cluster_ip_range)
             .map_err(anyhow::Error::msg)?,
@@ -361,6 +391,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             ca_pem: api.pki().ca.cert_pem.clone(),
             shutdown: stop_rx.clone(),
             metrics: api.state().metrics.registry().clone(),
+            scheduler_config: scheduler_config.clone(),
         };
         tasks.push((
             name,

@@ -272,11 +272,14 @@ pub struct ChainAdmission {
 impl ChainAdmission {
     /// The chain of the `enabled` plugins ([`PLUGINS`] names) over the watch caches reachable
     /// through `slot`, in kube-apiserver's order, with RBAC's escalation check over
-    /// `escalation` (`None` with `--authorization-mode=AlwaysAllow`).
+    /// `escalation` (`None` with `--authorization-mode=AlwaysAllow`); DefaultTolerationSeconds
+    /// adds `tolerations` (`--default-not-ready-toleration-seconds`,
+    /// `--default-unreachable-toleration-seconds`).
     pub fn new(
         slot: StateSlot,
         escalation: Option<Arc<RbacAuthorizer>>,
         enabled: &std::collections::BTreeSet<&'static str>,
+        tolerations: default_toleration_seconds::DefaultTolerationSeconds,
     ) -> Self {
         let lookup = Arc::new(CacheLookup::new(slot.clone()));
         let l: Arc<dyn AdmissionLookup> = lookup.clone();
@@ -298,7 +301,7 @@ impl ChainAdmission {
             chain = chain.mutating(Arc::new(priority::Priority::new(l.clone())));
         }
         if on("DefaultTolerationSeconds") {
-            chain = chain.mutating(Arc::new(default_toleration_seconds::DefaultTolerationSeconds::default()));
+            chain = chain.mutating(Arc::new(tolerations));
         }
         if on("DefaultStorageClass") {
             chain = chain.mutating(Arc::new(default_storage_class::DefaultStorageClass::new(l.clone())));

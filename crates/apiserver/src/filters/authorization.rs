@@ -69,7 +69,17 @@ pub struct SecurityOptions {
     /// `--enable-admission-plugins`/`--disable-admission-plugins`
     /// ([`crate::admission::chain::enabled_plugins`]); default: all of skiff's plugins.
     pub enabled_admission_plugins: std::collections::BTreeSet<&'static str>,
+    /// `--default-not-ready-toleration-seconds`: the DefaultTolerationSeconds plugin's
+    /// `tolerationSeconds` for `node.kubernetes.io/not-ready:NoExecute`.
+    pub default_not_ready_toleration_seconds: i64,
+    /// `--default-unreachable-toleration-seconds`: the DefaultTolerationSeconds plugin's
+    /// `tolerationSeconds` for `node.kubernetes.io/unreachable:NoExecute`.
+    pub default_unreachable_toleration_seconds: i64,
 }
+
+/// kube-apiserver's default for both toleration-seconds flags (300 s).
+pub const DEFAULT_TOLERATION_SECONDS: i64 =
+    skiff_admission::plugins::default_toleration_seconds::DEFAULT_TOLERATION_SECONDS;
 
 impl Default for SecurityOptions {
     fn default() -> Self {
@@ -78,6 +88,8 @@ impl Default for SecurityOptions {
             admission_plugins: true,
             authorization_mode: AuthorizationMode::NodeRbac,
             enabled_admission_plugins: crate::admission::chain::PLUGINS.iter().copied().collect(),
+            default_not_ready_toleration_seconds: DEFAULT_TOLERATION_SECONDS,
+            default_unreachable_toleration_seconds: DEFAULT_TOLERATION_SECONDS,
         }
     }
 }
@@ -190,7 +202,11 @@ pub fn install(config: &mut crate::Config) -> anyhow::Result<Installed> {
         // is left out.
         let escalation = (!always_allow).then(|| rbac.clone());
         let enabled = &config.security.enabled_admission_plugins;
-        let chain = Arc::new(ChainAdmission::new(slot.clone(), escalation, enabled));
+        let tolerations = skiff_admission::plugins::default_toleration_seconds::DefaultTolerationSeconds {
+            not_ready_seconds: config.security.default_not_ready_toleration_seconds,
+            unreachable_seconds: config.security.default_unreachable_toleration_seconds,
+        };
+        let chain = Arc::new(ChainAdmission::new(slot.clone(), escalation, enabled, tolerations));
         config.admission = Some(chain.clone());
         admission = Some(chain);
     }

@@ -85,5 +85,13 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         resp.status().as_u16(),
         secs,
     );
+    // kube-apiserver's httplog line (its `-v=3`/`4` request detail); `skiff -v 4` shows it.
+    tracing::debug!(
+        verb = metric_verb,
+        uri = %parts.uri,
+        status = resp.status().as_u16(),
+        latency_us = start.elapsed().as_micros() as u64,
+        "HTTP"
+    );
     audit.finish(resp).await
 }

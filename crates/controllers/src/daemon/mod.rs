@@ -525,6 +525,7 @@ impl DaemonSetsController {
         if let Some(spec) = pod.spec.as_mut() {
             spec.affinity = Some(replace_daemon_set_pod_node_name_node_affinity(spec.affinity.take(), node));
         }
+        tracing::debug!(daemonset = %format!("{ns}/{}", name_of(&ds.metadata)), node, "node needs a daemon pod; creating it");
         match self.api.create_typed(&pod).await {
             Ok(created) => {
                 self.recorder.event_for(
@@ -551,6 +552,7 @@ impl DaemonSetsController {
 
     async fn delete_pod(&self, ds: &DaemonSet, name: &str) -> Result<(), ApiError> {
         let ns = ds.metadata.namespace.as_deref();
+        tracing::debug!(daemonset = %format!("{}/{}", ns.unwrap_or_default(), name_of(&ds.metadata)), pod = name, "daemon pod not wanted on its node; deleting it");
         match self.api.delete_typed::<Pod>(ns, name, &DeleteOptions::default()).await {
             Ok(()) => {
                 self.recorder.event_for(

@@ -282,6 +282,14 @@ impl DeploymentController {
                 return Err(e.into());
             }
         };
+        if !already_exists {
+            tracing::debug!(
+                deployment = name_of(&d.metadata),
+                replicaset = name_of(&created.metadata),
+                replicas = new_count,
+                "created new replica set"
+            );
+        }
         if !already_exists && new_count > 0 {
             self.recorder.event_for(
                 d,
@@ -409,6 +417,15 @@ impl DeploymentController {
             return Ok((false, rs.clone()));
         }
         let old_scale = rs_replicas(rs);
+        if size_needs_update {
+            tracing::debug!(
+                deployment = name_of(&d.metadata),
+                replicaset = name_of(&rs.metadata),
+                from = old_scale,
+                to = new_scale,
+                "scaling {operation} replica set"
+            );
+        }
         let mut copy = rs.clone();
         set_rs_replicas(&mut copy, new_scale);
         set_replicas_annotations(&mut copy, desired, max);

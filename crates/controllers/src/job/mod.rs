@@ -1294,6 +1294,7 @@ impl JobController {
         let mut victims = active_pods_for_removal(spec, input.active, (active - want).max(0) as usize);
         victims.truncate(MAX_POD_CREATE_DELETE_PER_SYNC);
         if !victims.is_empty() {
+            tracing::debug!(job = key, deleting = victims.len(), "too many active pods");
             // Deletion takes precedence: creates wait for the next sync.
             let (deleted, ready, err) = self.delete_pods(job, key, &victims, true).await;
             out.active -= deleted as i64;
@@ -1305,6 +1306,7 @@ impl JobController {
         if diff <= 0 {
             return (out, None);
         }
+        tracing::debug!(job = key, want, active, creating = diff, "too few active pods");
         if !per_index {
             let last_failure =
                 input.pods.iter().filter(|p| is_pod_failed(p, input.only_failed)).filter_map(|p| finish_time(p)).max();

@@ -134,6 +134,7 @@ impl StatefulPodControl {
     /// # Errors
     /// A claim's error, or the pod create's (AlreadyExists included: the cache is behind).
     pub async fn create_stateful_pod(&self, set: &StatefulSet, pod: &Pod) -> Result<(), ApiError> {
+        tracing::debug!(statefulset = name_of(&set.metadata), pod = name_of(&pod.metadata), "creating stateful pod");
         if let Err(e) = self.create_persistent_volume_claims(set, pod).await {
             self.record_pod_event("create", set, pod, Some(&e));
             return Err(e);
@@ -220,6 +221,7 @@ impl StatefulPodControl {
     /// # Errors
     /// The delete's error (404 included: callers decide whether it matters).
     pub async fn delete_stateful_pod(&self, set: &StatefulSet, pod: &Pod) -> Result<(), ApiError> {
+        tracing::debug!(statefulset = name_of(&set.metadata), pod = name_of(&pod.metadata), "deleting stateful pod");
         let result = self
             .api
             .delete_typed::<Pod>(pod.metadata.namespace.as_deref(), name_of(&pod.metadata), &DeleteOptions::default())

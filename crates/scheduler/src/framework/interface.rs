@@ -603,6 +603,9 @@ pub struct Handle {
     /// The scheduler's Prometheus metrics (unregistered, so unseen, unless the caller registered
     /// them).
     pub metrics: super::metrics::SchedulerMetrics,
+    /// The configured HTTP extenders, in order (`Handle.Extenders`), for the scheduling cycle,
+    /// DefaultPreemption and binding.
+    pub extenders: Arc<Vec<Arc<crate::extender::HttpExtender>>>,
 }
 
 impl Handle {
@@ -616,6 +619,7 @@ impl Handle {
             parallelizer: Parallelizer::new(1),
             runtime: tokio::runtime::Handle::try_current().ok(),
             metrics: Default::default(),
+            extenders: Arc::default(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! lowest priority sum, fewest victims, latest start) → delete victims (asynchronously) and
 //! clear weaker nominations on that node.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -269,12 +270,81 @@ impl DefaultPreemption {
             };
             return (Some(PostFilterResult { nominated_node_name: None }), Status::unschedulable(fit.message()));
         }
+        let candidates = match Self::call_extenders(fwk, pod, candidates) {
+            Ok(c) => c,
+            Err(s) => return (None, s),
+        };
         let Some(best) = Self::select_candidate(&candidates) else {
             return (None, Status::error("no candidate selected"));
         };
         fwk.handle().metrics.observe_preemption_victims(best.victims.len());
         self.prepare_candidate(fwk, best, pod);
         (Some(PostFilterResult { nominated_node_name: Some(best.node.clone()) }), Status::success())
+    }
+
+    /// Offers the candidates to the extenders that preempt (`callExtenders`): each may drop
+    /// nodes or victims, and the next sees what the previous kept. A failing extender fails
+    /// preemption unless ignorable; an answer naming a node without victims is an error
+    /// (ignorable extenders' such nodes are dropped).
+    ///
+    /// # Errors
+    /// The extender's error, as an Error status.
+    fn call_extenders(
+        fwk: &Framework,
+        pod: &Arc<PodInfo>,
+        candidates: Vec<Candidate>,
+    ) -> Result<Vec<Candidate>, Status> {
+        use crate::extender::NodeVictims;
+        let h = fwk.handle();
+        if h.extenders.is_empty() || candidates.is_empty() {
+            return Ok(candidates);
+        }
+        let infos: HashMap<String, Arc<PodInfo>> =
+            candidates.iter().flat_map(|c| c.victims.iter()).map(|v| (v.uid.clone(), v.clone())).collect();
+        let mut victims: HashMap<String, NodeVictims> = candidates
+            .iter()
+            .map(|c| {
+                let pods = c.victims.iter().map(|v| v.pod.clone()).collect();
+                (c.node.clone(), NodeVictims { pods, num_pdb_violations: c.num_pdb_violations as i64 })
+            })
+            .collect();
+        for ext in h.extenders.iter() {
+            if !ext.supports_preemption() || !ext.is_interested(&pod.pod) {
+                continue;
+            }
+            let answer = crate::extender::block_on(h.runtime.as_ref(), ext.process_preemption(&pod.pod, &victims));
+            let mut kept = match answer {
+                Ok(k) => k,
+                Err(e) if ext.is_ignorable() => {
+                    tracing::info!(extender = ext.name(), error = %e, "Skipped extender as it returned error and has ignorable flag set");
+                    continue;
+                }
+                Err(e) => return Err(Status::error(e)),
+            };
+            let empty: Vec<String> = kept.iter().filter(|(_, v)| v.pods.is_empty()).map(|(n, _)| n.clone()).collect();
+            for node in empty {
+                if !ext.is_ignorable() {
+                    return Err(Status::error(format!("expected at least one victim pod on node {node:?}")));
+                }
+                kept.remove(&node);
+            }
+            victims = kept;
+            if victims.is_empty() {
+                break;
+            }
+        }
+        Ok(victims
+            .into_iter()
+            .map(|(node, v)| Candidate {
+                node,
+                victims: v
+                    .pods
+                    .iter()
+                    .filter_map(|p| infos.get(p.metadata.uid.as_deref().unwrap_or_default()).cloned())
+                    .collect(),
+                num_pdb_violations: v.num_pdb_violations.max(0) as usize,
+            })
+            .collect())
     }
 
     /// Evicts the victims and clears weaker nominations on the node (`prepareCandidate`). API

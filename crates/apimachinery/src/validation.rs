@@ -25,6 +25,7 @@ use crate::quantity::parse_quantity_value;
 use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
+mod containers;
 pub mod cronjob;
 pub mod daemonset;
 pub mod job;
@@ -575,6 +576,7 @@ fn validate_pod(e: &mut Errs, o: &Value, old: Option<&Value>) {
     }
     if let (Some(old), Some(spec)) = (old.and_then(|o| o.get("spec")), o.get("spec")) {
         validate_pod_spec_update(e, spec, old);
+        containers::validate_ephemeral_containers_update(e, spec, old);
     }
 }
 
@@ -611,6 +613,7 @@ fn validate_pod_spec(e: &mut Errs, spec: &Value, path: &str, restart_policies: &
         for (i, c) in arr(spec, list).iter().enumerate() {
             let p = index(&child(path, list), i);
             validate_container(e, c, &p, &volume_names, list != "ephemeralContainers");
+            containers::validate_container_kind(e, c, &p, containers::ContainerList::of(list), spec);
             let name = s(c, "name");
             if !name.is_empty() && !container_names.insert(name.to_string()) {
                 e.duplicate(&child(&p, "name"), &Value::from(name));

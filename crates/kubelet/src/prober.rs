@@ -1,5 +1,5 @@
-//! Container probes (liveness, readiness, startup) and lifecycle hook handlers (exec,
-//! httpGet, tcpSocket, sleep).
+//! Container probes (liveness, readiness, startup; exec, httpGet, tcpSocket and gRPC handlers)
+//! and lifecycle hook handlers (exec, httpGet, tcpSocket, sleep).
 //!
 //! Follows "Liveness, Readiness, and Startup Probes"
 //! (<https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/>) and
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, Pod, Probe, TCPSocketAction};
+use k8s_openapi::api::core::v1::{Container, ExecAction, GRPCAction, HTTPGetAction, Pod, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -167,6 +167,83 @@ pub async fn run_tcp(action: &TCPSocketAction, container: &Container, pod_ip: &s
     }
 }
 
+/// Go's `time.Duration` printing of whole seconds ("1s", "1m30s"), as upstream messages show
+/// probe timeouts.
+fn go_seconds(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 { format!("{}m{}s", s / 60, s % 60) } else { format!("{s}s") }
+}
+
+/// Runs a gRPC probe (`pkg/probe/grpc`): the `grpc.health.v1.Health/Check` RPC of `service`
+/// at `pod_ip:port`, over plaintext HTTP/2 with the `kube-probe/1.33` user agent; success when
+/// the server answers SERVING. Client: tonic's channel and `tonic-health`'s generated client
+/// (the maintained implementation of the protocol in Rust). Failure messages are upstream's.
+pub async fn run_grpc(action: &GRPCAction, pod_ip: &str, timeout: Duration) -> Outcome {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let host = match pod_ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+        _ => pod_ip.to_string(),
+    };
+    let addr = format!("{host}:{}", action.port);
+    let connect = async {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .user_agent("kube-probe/1.33")
+            .map_err(|e| e.to_string())?
+            .connect_timeout(timeout);
+        endpoint.connect().await.map_err(|e| {
+            // The transport error's source says what happened (connection refused, ...).
+            let mut msg = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                msg = format!("{msg}: {s}");
+                source = s.source();
+            }
+            msg
+        })
+    };
+    let channel = match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            return Outcome::Failure(format!(
+                "timeout: failed to connect service {addr:?} within {}: {e}",
+                go_seconds(timeout)
+            ));
+        }
+        Err(_) => {
+            return Outcome::Failure(format!(
+                "timeout: failed to connect service {addr:?} within {}: context deadline exceeded",
+                go_seconds(timeout)
+            ));
+        }
+    };
+    let request = HealthCheckRequest { service: action.service.clone().unwrap_or_default() };
+    let deadline_exceeded = || format!("timeout: health rpc did not complete within {}", go_seconds(timeout));
+    match tokio::time::timeout(timeout, HealthClient::new(channel).check(request)).await {
+        Err(_) => Outcome::Failure(deadline_exceeded()),
+        Ok(Err(status)) => match status.code() {
+            tonic::Code::Unimplemented => Outcome::Failure(format!(
+                "this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
+                status.message()
+            )),
+            tonic::Code::DeadlineExceeded => Outcome::Failure(deadline_exceeded()),
+            code => Outcome::Failure(format!(
+                "error: health rpc probe failed: rpc error: code = {code:?} desc = {}",
+                status.message()
+            )),
+        },
+        Ok(Ok(response)) => {
+            let status = response.into_inner().status();
+            if status == ServingStatus::Serving {
+                Outcome::Success
+            } else {
+                Outcome::Failure(format!("service unhealthy (responded with {:?})", status.as_str_name()))
+            }
+        }
+    }
+}
+
 /// Runs one probe.
 pub async fn run_probe(
     cri: &dyn RuntimeService,
@@ -182,8 +259,8 @@ pub async fn run_probe(
         run_http_get(h, container, pod_ip, timeout).await
     } else if let Some(t) = &probe.tcp_socket {
         run_tcp(t, container, pod_ip, timeout).await
-    } else if probe.grpc.is_some() {
-        Outcome::Failure("gRPC probes are not supported by skiff yet".into())
+    } else if let Some(g) = &probe.grpc {
+        run_grpc(g, pod_ip, timeout).await
     } else {
         Outcome::Failure("probe has no handler".into())
     }
@@ -369,6 +446,80 @@ mod tests {
         assert_eq!(run_tcp(&action, &c, "127.0.0.1", Duration::from_secs(5)).await, Outcome::Success);
         drop(listener);
         assert!(matches!(run_tcp(&action, &c, "127.0.0.1", Duration::from_secs(5)).await, Outcome::Failure(_)));
+    }
+
+    /// A `grpc.health.v1` server on a loopback port (tonic-health's), with service "ready"
+    /// SERVING and service "draining" NOT_SERVING.
+    async fn health_server() -> u16 {
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter.set_service_status("ready", tonic_health::ServingStatus::Serving).await;
+        reporter.set_service_status("draining", tonic_health::ServingStatus::NotServing).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        tokio::spawn(async move {
+            let _keep = reporter;
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming).await;
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn grpc_probe_succeeds_only_when_the_service_is_serving() {
+        let port = i32::from(health_server().await);
+        let probe = |service: &str| GRPCAction { port, service: (!service.is_empty()).then(|| service.to_string()) };
+        let t = Duration::from_secs(5);
+        assert_eq!(run_grpc(&probe("ready"), "127.0.0.1", t).await, Outcome::Success);
+        assert_eq!(run_grpc(&probe(""), "127.0.0.1", t).await, Outcome::Success, "the server as a whole");
+        assert_eq!(
+            run_grpc(&probe("draining"), "127.0.0.1", t).await,
+            Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        match run_grpc(&probe("unknown"), "127.0.0.1", t).await {
+            Outcome::Failure(m) => {
+                assert!(m.starts_with("error: health rpc probe failed: rpc error: code = NotFound"), "{m}")
+            }
+            Outcome::Success => panic!("an unknown service is not healthy"),
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probe_of_a_closed_port_fails_to_connect() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        drop(listener);
+        let action = GRPCAction { port: i32::from(port), service: None };
+        match run_grpc(&action, "127.0.0.1", Duration::from_secs(1)).await {
+            Outcome::Failure(m) => {
+                assert!(
+                    m.starts_with(&format!("timeout: failed to connect service \"127.0.0.1:{port}\" within 1s")),
+                    "{m}"
+                )
+            }
+            Outcome::Success => panic!("nothing listens"),
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probe_of_a_server_without_the_health_service_says_so() {
+        // A gRPC server without services answers every method Unimplemented.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_routes(tonic::service::Routes::default())
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let action = GRPCAction { port: i32::from(port), service: None };
+        match run_grpc(&action, "127.0.0.1", Duration::from_secs(5)).await {
+            Outcome::Failure(m) => assert!(
+                m.starts_with("this server does not implement the grpc health protocol (grpc.health.v1.Health)"),
+                "{m}"
+            ),
+            Outcome::Success => panic!("no health service"),
+        }
     }
 
     #[test]

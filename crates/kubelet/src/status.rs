@@ -82,6 +82,11 @@ fn waiting_state(reason: &str, message: Option<&str>) -> ContainerState {
     }
 }
 
+/// True for a sidecar: an init container with `restartPolicy: Always` (KEP-753).
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
 fn has_probe(c: &Container, kind: &str) -> bool {
     match kind {
         "readiness" => c.readiness_probe.is_some(),
@@ -133,7 +138,9 @@ fn container_status(
             });
             status.last_state = rt.previous(&spec.name).map(|p| terminated_state(p, runtime));
             let started = !has_probe(spec, "startup") || inputs.startup.get(&latest.id).copied().unwrap_or(false);
-            let ready = !init
+            // A regular init container is never ready while it runs; a sidecar is, once started.
+            let sidecar = spec.restart_policy.as_deref() == Some("Always");
+            let ready = (!init || sidecar)
                 && started
                 && (!has_probe(spec, "readiness") || inputs.readiness.get(&latest.id).copied().unwrap_or(false));
             status.started = Some(started);
@@ -152,7 +159,7 @@ fn container_status(
                 }
             }
             status.started = Some(false);
-            status.ready = init && latest.exit_code == 0;
+            status.ready = init && spec.restart_policy.as_deref() != Some("Always") && latest.exit_code == 0;
         }
         _ => {
             let (reason, message) = match waiting {
@@ -179,16 +186,36 @@ fn last_terminated(s: &ContainerStatus) -> Option<i32> {
     s.last_state.as_ref().and_then(|st| st.terminated.as_ref()).map(|t| t.exit_code)
 }
 
-/// The pod phase (kubelet `getPhase`).
+/// The pod phase (kubelet `getPhase`, with sidecars). `init` pairs each init container's
+/// status with whether it is a sidecar (restartable); `initialized` says a regular container
+/// has run in the pod (upstream `HasAnyActiveRegularContainerStarted`), after which unstarted
+/// sidecars no longer hold the pod Pending. A running sidecar counts as running, a terminated
+/// one is ignored (the pod's outcome is its regular containers'); with `terminal` (the kubelet
+/// stopped the pod) a pod that runs nothing more reports Succeeded or Failed.
 pub fn pod_phase(
     restart_policy: &str,
-    init_statuses: &[ContainerStatus],
+    init: &[(bool, ContainerStatus)],
     statuses: &[ContainerStatus],
     terminal: bool,
+    initialized: bool,
 ) -> &'static str {
     let mut pending_init = 0;
+    let mut pending_sidecars = 0;
     let mut failed_init = 0;
-    for s in init_statuses {
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for (sidecar, s) in init {
+        if *sidecar {
+            if is_running(s) {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if is_terminated(s).is_none() && last_terminated(s).is_none() {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
+            continue;
+        }
         match is_terminated(s) {
             Some(0) => {}
             Some(_) => failed_init += 1,
@@ -199,7 +226,6 @@ pub fn pod_phase(
             },
         }
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for s in statuses {
         if is_running(s) {
             running += 1;
@@ -217,11 +243,14 @@ pub fn pod_phase(
     if failed_init > 0 && restart_policy == "Never" {
         return "Failed";
     }
-    if terminal && running == 0 && (pending_init > 0 || waiting > 0 || failed_init > 0) {
+    let pending = pending_init > 0 || (pending_sidecars > 0 && !initialized) || waiting > 0;
+    if terminal && running == 0 && (pending || failed_init > 0) {
         // Killed before it ever ran to completion.
-        return if stopped > 0 && stopped == succeeded && waiting == 0 { "Succeeded" } else { "Failed" };
+        let regular_waiting =
+            statuses.iter().any(|s| !is_running(s) && is_terminated(s).is_none() && last_terminated(s).is_none());
+        return if stopped > 0 && stopped == succeeded && !regular_waiting { "Succeeded" } else { "Failed" };
     }
-    if pending_init > 0 || waiting > 0 {
+    if pending {
         return "Pending";
     }
     if running > 0 {
@@ -269,16 +298,29 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) ->
     let init_specs = spec.init_containers.clone().unwrap_or_default();
     let init_statuses: Vec<ContainerStatus> =
         init_specs.iter().map(|c| container_status(c, rt, inputs, true, "PodInitializing")).collect();
-    let init_done = init_statuses.iter().all(|s| is_terminated(s) == Some(0));
+    // Each regular init container completed, each sidecar started (GeneratePodInitializedCondition).
+    let incomplete: Vec<&str> = init_specs
+        .iter()
+        .zip(&init_statuses)
+        .filter(|(c, s)| if is_sidecar(c) { s.started != Some(true) } else { is_terminated(s) != Some(0) })
+        .map(|(c, _)| c.name.as_str())
+        .collect();
     // Once a regular container has run, the pod has been initialized (even if old init
-    // container records were garbage-collected).
+    // container records were garbage-collected, or a sidecar is restarting).
     let regular_ran = spec.containers.iter().any(|c| rt.latest(&c.name).is_some());
-    let initialized = init_done || regular_ran;
+    let initialized = incomplete.is_empty() || regular_ran;
     let default_waiting = if initialized { "ContainerCreating" } else { "PodInitializing" };
     let statuses: Vec<ContainerStatus> =
         spec.containers.iter().map(|c| container_status(c, rt, inputs, false, default_waiting)).collect();
 
-    let phase = pod_phase(&restart_policy, &init_statuses, &statuses, inputs.terminal);
+    // Ephemeral containers: reported, never ready, no part of the phase or the conditions.
+    let ephemeral_statuses: Vec<ContainerStatus> = crate::kuberuntime::ephemeral_containers(&spec)
+        .iter()
+        .map(|(c, _)| ContainerStatus { ready: false, ..container_status(c, rt, inputs, false, "ContainerCreating") })
+        .collect();
+    let init_kinds: Vec<(bool, ContainerStatus)> =
+        init_specs.iter().zip(&init_statuses).map(|(c, s)| (is_sidecar(c), s.clone())).collect();
+    let phase = pod_phase(&restart_policy, &init_kinds, &statuses, inputs.terminal, regular_ran);
     let completed = matches!(phase, "Succeeded" | "Failed");
 
     let sandbox = rt.latest_sandbox().filter(|s| s.ready);
@@ -288,9 +330,14 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) ->
         sandbox.and_then(|s| s.ip.clone()).or_else(|| old.pod_ip.clone())
     };
 
-    let incomplete: Vec<&str> =
-        init_statuses.iter().filter(|s| is_terminated(s) != Some(0)).map(|s| s.name.as_str()).collect();
-    let unready: Vec<&str> = statuses.iter().filter(|s| !s.ready).map(|s| s.name.as_str()).collect();
+    // Sidecars count towards readiness, before the regular containers (GenerateContainersReadyCondition).
+    let unready: Vec<&str> = init_specs
+        .iter()
+        .zip(&init_statuses)
+        .filter(|(c, s)| is_sidecar(c) && !s.ready)
+        .map(|(_, s)| s.name.as_str())
+        .chain(statuses.iter().filter(|s| !s.ready).map(|s| s.name.as_str()))
+        .collect();
     let containers_ready = unready.is_empty();
     let gates: Vec<String> = spec.readiness_gates.iter().flatten().map(|g| g.condition_type.clone()).collect();
     let failed_gates: Vec<&String> = gates
@@ -360,6 +407,7 @@ pub fn generate_pod_status(pod: &Pod, rt: &RuntimePod, inputs: &StatusInputs) ->
         qos_class: Some(qos::pod_qos_class(pod).as_str().to_string()),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         container_statuses: Some(statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty()).then_some(ephemeral_statuses),
         nominated_node_name: old.nominated_node_name.clone(),
         message: old.message.clone(),
         reason: old.reason.clone(),
@@ -564,6 +612,104 @@ mod tests {
             s.container_statuses.unwrap_or_default()[0].state.clone().and_then(|st| st.terminated).unwrap_or_default();
         assert_eq!(t.reason.as_deref(), Some("OOMKilled"));
         assert_eq!(t.exit_code, 137);
+    }
+
+    /// A pod whose init containers are `(name, sidecar)` pairs.
+    fn sidecar_pod(restart: &str, init: &[(&str, bool)], containers: &[&str]) -> Pod {
+        let mut p = pod(restart, &[], containers);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.init_containers = Some(
+                init.iter()
+                    .map(|(n, sidecar)| Container {
+                        name: n.to_string(),
+                        image: Some("img:1".into()),
+                        restart_policy: sidecar.then(|| "Always".to_string()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            );
+        }
+        p
+    }
+
+    fn message(s: &PodStatus, t: &str) -> String {
+        s.conditions.iter().flatten().find(|c| c.type_ == t).and_then(|c| c.message.clone()).unwrap_or_default()
+    }
+
+    /// Cases after upstream's `TestPodPhaseWithRestartAlwaysRestartableInitContainers` and
+    /// `TestPodPhaseWithRestartNeverRestartableInitContainers`.
+    #[test]
+    fn sidecars_hold_the_pod_pending_until_started_and_do_not_decide_its_outcome() {
+        use api::ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        let p = sidecar_pod("Always", &[("sc", true)], &["a"]);
+        let rt = |cs: Vec<ContainerInfo>| RuntimePod { sandboxes: vec![sandbox()], containers: cs };
+
+        let s = generate_pod_status(&p, &rt(vec![]), &inputs());
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(message(&s, "Initialized"), "containers with incomplete status: [sc]");
+
+        // Running but not started (its startup probe has no result yet): still initializing.
+        let mut probed = p.clone();
+        if let Some(c) = probed.spec.as_mut().and_then(|s| s.init_containers.as_mut()).map(|i| &mut i[0]) {
+            c.startup_probe = Some(Probe::default());
+        }
+        let s = generate_pod_status(&probed, &rt(vec![ctr("sc", 0, Running, 0)]), &inputs());
+        assert_eq!((s.phase.as_deref(), cond(&s, "Initialized")), (Some("Pending"), "False".into()));
+        let mut started = inputs();
+        started.startup.insert("sc-0".into(), true);
+        let s = generate_pod_status(&probed, &rt(vec![ctr("sc", 0, Running, 0)]), &started);
+        assert_eq!(cond(&s, "Initialized"), "True", "started: initialized");
+        assert_eq!(s.phase.as_deref(), Some("Pending"), "the app is still waiting");
+
+        let both = rt(vec![ctr("sc", 0, Running, 0), ctr("a", 0, Running, 0)]);
+        let s = generate_pod_status(&p, &both, &inputs());
+        assert_eq!((s.phase.as_deref(), cond(&s, "Ready")), (Some("Running"), "True".into()));
+        let sc = s.init_container_statuses.clone().unwrap_or_default()[0].clone();
+        assert_eq!((sc.ready, sc.started), (true, Some(true)), "a started sidecar is ready and started");
+
+        // A sidecar restarting after the app ran: Running, initialized, not ready.
+        let restarting = rt(vec![ctr("sc", 1, Exited, 1), ctr("a", 0, Running, 0)]);
+        let mut waiting = inputs();
+        waiting.waiting.insert("sc".into(), WaitingReason { reason: "CrashLoopBackOff".into(), message: "m".into() });
+        let s = generate_pod_status(&p, &restarting, &waiting);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Initialized"), "True");
+        assert_eq!(cond(&s, "ContainersReady"), "False");
+        assert_eq!(message(&s, "ContainersReady"), "containers with unready status: [sc]");
+
+        // Job-like pods: the outcome is the main containers', the killed sidecar is ignored.
+        for (policy, code, phase) in [("Never", 0, "Succeeded"), ("Never", 1, "Failed"), ("OnFailure", 0, "Succeeded")]
+        {
+            let p = sidecar_pod(policy, &[("sc", true)], &["a"]);
+            let done = rt(vec![ctr("sc", 0, Exited, 137), ctr("a", 0, Exited, code)]);
+            for terminal in [false, true] {
+                let mut inp = inputs();
+                inp.terminal = terminal;
+                let s = generate_pod_status(&p, &done, &inp);
+                assert_eq!(s.phase.as_deref(), Some(phase), "{policy}, exit {code}, terminal {terminal}");
+            }
+            // Still running its sidecar: Running until the kubelet stops it.
+            let s = generate_pod_status(&p, &rt(vec![ctr("sc", 0, Running, 0), ctr("a", 0, Exited, code)]), &inputs());
+            assert_eq!(s.phase.as_deref(), Some("Running"), "{policy}, exit {code}, sidecar running");
+        }
+    }
+
+    #[test]
+    fn a_regular_init_container_after_a_sidecar_keeps_the_pod_initializing() {
+        use api::ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        let p = sidecar_pod("Never", &[("sc", true), ("init", false)], &["a"]);
+        let rt = RuntimePod {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr("sc", 0, Running, 0), ctr("init", 0, Running, 0)],
+        };
+        let s = generate_pod_status(&p, &rt, &inputs());
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(message(&s, "Initialized"), "containers with incomplete status: [init]");
+        let failed = RuntimePod {
+            sandboxes: vec![sandbox()],
+            containers: vec![ctr("sc", 0, Running, 0), ctr("init", 0, Exited, 2)],
+        };
+        assert_eq!(generate_pod_status(&p, &failed, &inputs()).phase.as_deref(), Some("Failed"), "restartPolicy Never");
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec,
-    PodStatus, Probe, Secret,
+    ConfigMap, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction, GRPCAction, HostPathVolumeSource,
+    ObjectFieldSelector, Pod, PodSpec, PodStatus, Probe, Secret, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -167,6 +167,45 @@ fn exec_probe(cmd: &[&str]) -> Probe {
         failure_threshold: Some(1),
         ..Default::default()
     }
+}
+
+/// A pod running the workspace's `skiff-grpc-health-server` on port 50051 (the host's binary
+/// and the C libraries it links, mounted read-only into the busybox image): container
+/// `server` is gated by a gRPC readiness probe of the whole server (SERVING), container `down`
+/// by one of service "down" (NOT_SERVING).
+fn grpc_probe_pod() -> Pod {
+    let bin = env!("CARGO_BIN_EXE_skiff-grpc-health-server");
+    let host_dir = |name: &str, path: &str| Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource { path: path.into(), type_: None }),
+        ..Default::default()
+    };
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    let grpc = |service: Option<&str>| Probe {
+        grpc: Some(GRPCAction { port: 50051, service: service.map(str::to_string) }),
+        period_seconds: Some(1),
+        ..Default::default()
+    };
+    let mut server = busybox("server", &["/grpc-health-server", "50051", "down=NOT_SERVING"]);
+    server.volume_mounts = Some(vec![
+        mount("bin", "/grpc-health-server"),
+        mount("lib", "/lib/x86_64-linux-gnu"),
+        mount("lib64", "/lib64"),
+    ]);
+    server.readiness_probe = Some(grpc(None));
+    let mut down = busybox("down", &["/bin/sh", "-c", "exec sleep 3600"]);
+    down.readiness_probe = Some(grpc(Some("down")));
+    let mut p = pod("grpc", "uid-grpc", vec![server, down], "Always");
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes =
+            Some(vec![host_dir("bin", bin), host_dir("lib", "/lib/x86_64-linux-gnu"), host_dir("lib64", "/lib64")]);
+    }
+    p
 }
 
 fn running(status: &PodStatus) -> bool {
@@ -499,6 +538,79 @@ async fn pods_run_on_real_containerd() {
     assert_eq!(term.reason.as_deref(), Some("OOMKilled"), "terminated state: {term:?}");
     assert_eq!(term.exit_code, 137);
 
+    // 7b. gRPC probes: the workspace's grpc.health.v1 server runs in the pod (the host's
+    // binary and C libraries mounted read-only into the busybox image); one container is
+    // gated on the SERVING server, another on a NOT_SERVING service.
+    let grpc_pod = grpc_probe_pod();
+    workers.update_pod(grpc_pod.clone());
+    let s = wait_for(60, "the gRPC-probed container ready", &host, "uid-grpc", || {
+        host.status("uid-grpc").filter(|s| s.container_statuses.iter().flatten().any(|c| c.name == "server" && c.ready))
+    })
+    .await;
+    let down_ready = s.container_statuses.iter().flatten().find(|c| c.name == "down").map(|c| c.ready);
+    assert_eq!(down_ready, Some(false), "a NOT_SERVING service keeps its container unready");
+    wait_for(30, "the Unhealthy event of the NOT_SERVING probe", &host, "uid-grpc", || {
+        host.events
+            .lock()
+            .iter()
+            .any(|(u, e)| {
+                u == "uid-grpc"
+                    && e.reason == "Unhealthy"
+                    && e.message == "Readiness probe failed: service unhealthy (responded with \"NOT_SERVING\")"
+            })
+            .then_some(())
+    })
+    .await;
+
+    // 7c. Sidecars: a restartable init container starts before the app, keeps running (and is
+    // restarted when it exits) and counts towards readiness; a Job-like pod with a sidecar
+    // succeeds when its main container exits, its sidecar stopped.
+    let mut sidecar =
+        busybox("proxy", &["/bin/sh", "-c", "trap 'exit 0' TERM; touch /tmp/up; while true; do sleep 1; done"]);
+    sidecar.restart_policy = Some("Always".into());
+    sidecar.startup_probe = Some(exec_probe(&["cat", "/tmp/up"]));
+    let mut with_sidecar =
+        pod("sidecar", "uid-sidecar", vec![busybox("app", &["/bin/sh", "-c", "exec sleep 3600"])], "Always");
+    if let Some(spec) = with_sidecar.spec.as_mut() {
+        spec.init_containers = Some(vec![sidecar.clone()]);
+    }
+    workers.update_pod(with_sidecar.clone());
+    let s = wait_for(60, "the sidecar pod Ready", &host, "uid-sidecar", || {
+        host.status("uid-sidecar")
+            .filter(|s| s.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
+    .await;
+    let proxy = s.init_container_statuses.clone().unwrap_or_default();
+    assert_eq!(proxy.len(), 1);
+    assert!(proxy[0].ready && proxy[0].started == Some(true), "the sidecar is started and ready: {proxy:?}");
+    assert!(proxy[0].state.as_ref().is_some_and(|st| st.running.is_some()), "the sidecar keeps running: {proxy:?}");
+    let proxy_id = workers.running_container_id("uid-sidecar", "proxy").await.ok().flatten().unwrap_or_default();
+    let _ = cri.exec_sync(&proxy_id, vec!["kill".into(), "1".into()], Duration::from_secs(10)).await;
+    wait_for(60, "the exited sidecar restarted", &host, "uid-sidecar", || {
+        host.status("uid-sidecar").filter(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .any(|c| c.restart_count >= 1 && c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                && s.phase.as_deref() == Some("Running")
+        })
+    })
+    .await;
+    let mut job_with_sidecar =
+        pod("job-sidecar", "uid-job-sidecar", vec![busybox("main", &["/bin/sh", "-c", "sleep 2; echo done"])], "Never");
+    if let Some(spec) = job_with_sidecar.spec.as_mut() {
+        spec.init_containers = Some(vec![sidecar]);
+    }
+    workers.update_pod(job_with_sidecar.clone());
+    let s = wait_for(60, "the Job-like pod with a sidecar Succeeded", &host, "uid-job-sidecar", || {
+        host.status("uid-job-sidecar").filter(|s| s.phase.as_deref() == Some("Succeeded"))
+    })
+    .await;
+    let proxy = s.init_container_statuses.unwrap_or_default();
+    assert!(proxy[0].state.as_ref().is_some_and(|st| st.terminated.is_some()), "the sidecar was stopped: {proxy:?}");
+    let rt = kuberuntime::runtime_pod(&cri, "uid-job-sidecar").await.unwrap_or_else(|e| panic!("runtime_pod: {e}"));
+    assert!(rt.running_containers().next().is_none(), "nothing of the finished pod runs");
+
     // 8. Deleting pods stops their containers and deletes the objects.
     wait_for(60, "both graceful containers running", &host, "uid-grace", || {
         host.status("uid-grace").filter(|s| {
@@ -511,13 +623,27 @@ async fn pods_run_on_real_containerd() {
         })
     })
     .await;
-    for p in [&web, &logger, &crasher, &job, &bad, &probes, &oom, &graceful] {
+    for p in
+        [&web, &logger, &crasher, &job, &bad, &probes, &oom, &graceful, &grpc_pod, &with_sidecar, &job_with_sidecar]
+    {
         let mut deleting = p.clone();
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
         deleting.metadata.deletion_grace_period_seconds = Some(5);
         workers.update_pod(deleting);
     }
-    for uid in ["uid-web", "uid-logger", "uid-crash", "uid-job", "uid-bad", "uid-probes", "uid-oom", "uid-grace"] {
+    for uid in [
+        "uid-web",
+        "uid-logger",
+        "uid-crash",
+        "uid-job",
+        "uid-bad",
+        "uid-probes",
+        "uid-oom",
+        "uid-grace",
+        "uid-grpc",
+        "uid-sidecar",
+        "uid-job-sidecar",
+    ] {
         wait_for(60, "pod object deleted", &host, uid, || host.deleted.lock().contains(uid).then_some(())).await;
         let rt = kuberuntime::runtime_pod(&cri, uid).await.unwrap_or_else(|e| panic!("runtime_pod: {e}"));
         assert!(rt.running_containers().next().is_none(), "{uid}: no container runs after deletion");

@@ -90,7 +90,7 @@ pub async fn dispatch(
         ("get" | "create", "exec" | "attach" | "portforward") => {
             crate::endpoints::streams::connect(state, parts, ns, name, sub, q).await
         }
-        ("get", "") | ("get", "status") => {
+        ("get", "" | "status" | "ephemeralcontainers") => {
             let obj = state.objects.get(def, ns, name).await?;
             Ok(json_response(StatusCode::OK, &render_object(def, obj, out)))
         }
@@ -133,7 +133,7 @@ pub async fn dispatch(
             };
             Ok(json_response(StatusCode::CREATED, &status))
         }
-        ("update", "" | "status" | "finalize") => {
+        ("update", "" | "status" | "finalize" | "ephemeralcontainers") => {
             let bytes = read_body(body).await?;
             let (obj, is_json) = decode_object(&parts.headers, &bytes)?;
             let body_name = meta_str(&obj, "name");

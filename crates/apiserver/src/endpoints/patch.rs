@@ -158,7 +158,7 @@ pub async fn serve(
             .await?;
             Ok(json_response(StatusCode::OK, &scale))
         }
-        "" | "status" => {
+        "" | "status" | "ephemeralcontainers" => {
             let subr = if sub.is_empty() { None } else { Some(sub) };
             let w = state
                 .objects

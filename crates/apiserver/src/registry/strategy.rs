@@ -122,6 +122,7 @@ pub fn warnings_on_update(def: &ResourceDef, subresource: Option<&str>, new: &Va
 /// writes the revision annotation with its status); a custom resource's `/status` changes only
 /// the status. `namespaces/finalize` changes only `spec.finalizers`; a write of the main resource
 /// keeps the system metadata and (where there is a status subresource) the status.
+/// `pods/ephemeralcontainers` changes only `spec.ephemeralContainers`.
 pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Value, mut new: Value) -> Value {
     match subresource {
         Some("status") if def.custom.is_some() => {
@@ -153,6 +154,7 @@ pub fn prepare_for_update(def: &ResourceDef, subresource: Option<&str>, old: &Va
             return new;
         }
         Some("finalize") => return namespace::prepare_for_finalize(old, &new),
+        Some("ephemeralcontainers") => return crate::registry::core::pod::prepare_for_ephemeral_containers(old, &new),
         _ => {}
     }
     keep_system_metadata(old, &mut new);

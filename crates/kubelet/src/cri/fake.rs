@@ -53,6 +53,8 @@ struct State {
     stop_exit_code: i32,
     /// RPC names that fail with `Unknown` until cleared.
     failing: Vec<&'static str>,
+    /// The timeout of the last StopContainer of each container name, in seconds.
+    stop_timeouts: HashMap<String, i64>,
 }
 
 impl State {
@@ -91,6 +93,11 @@ pub struct FakeRuntimeService {
 }
 
 impl FakeRuntimeService {
+    /// The timeout (seconds) of the last StopContainer of container `name`.
+    pub fn stop_timeout(&self, name: &str) -> Option<i64> {
+        self.state.lock().stop_timeouts.get(name).copied()
+    }
+
     /// An empty runtime whose stopped containers exit with 137 (SIGKILL), like runc's.
     pub fn new() -> Self {
         let fake = FakeRuntimeService::default();
@@ -291,11 +298,12 @@ impl RuntimeService for FakeRuntimeService {
         Ok(())
     }
 
-    async fn stop_container(&self, id: &str, _timeout_secs: i64) -> Result<(), CriError> {
+    async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
         let mut st = self.state.lock();
         let name =
             st.containers.get(id).and_then(|c| c.config.metadata.as_ref()).map(|m| m.name.clone()).unwrap_or_default();
         st.calls.push(format!("StopContainer {name}"));
+        st.stop_timeouts.insert(name, timeout_secs);
         st.fail("StopContainer")?;
         let now = st.now();
         let code = st.stop_exit_code;

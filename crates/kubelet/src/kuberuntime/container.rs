@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::manager::{
     MIN_GRACE_SECONDS, PodSyncState, RuntimeManager, event, field_path, grace_seconds, instant_of, pod_desc,
 };
-use super::{ContainerInfo, ContainerStart};
+use super::{ContainerInfo, ContainerKind, ContainerStart};
 use crate::cri::api;
 use crate::envvars::{self, NodeFacts};
 use crate::host::EventType;
@@ -57,7 +57,7 @@ pub(super) fn backoff_action(
                 EventType::Warning,
                 "BackOff",
                 format!("Back-off restarting failed container {} in pod {}", c.name, pod_desc(pod)),
-                field_path(c, false),
+                field_path(c, if l.init { "initContainers" } else { "containers" }),
             );
         }
         return ContainerAction::Wait(remaining + Duration::from_millis(50));
@@ -78,10 +78,19 @@ fn format_duration(d: Duration) -> String {
 }
 
 /// Kills one container (the upstream `killContainer`): its preStop hook, then StopContainer
-/// with what is left of the pod's grace period (at least the kubelet's minimum).
-pub(super) async fn kill_container(m: &RuntimeManager, pod: &Pod, c: &Container, l: &ContainerInfo, pod_ip: &str) {
-    let grace = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30);
+/// with what is left of the grace period (at least the kubelet's minimum): `grace` when the
+/// kill is for a failed probe with its own `terminationGracePeriodSeconds`, else the pod's.
+pub(super) async fn kill_container(
+    m: &RuntimeManager,
+    pod: &Pod,
+    c: &Container,
+    l: &ContainerInfo,
+    pod_ip: &str,
+    grace: Option<i64>,
+) {
+    let grace = grace.or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds)).unwrap_or(30);
     let deadline = Instant::now() + Duration::from_secs(grace.max(0) as u64);
+    let mut remaining = grace;
     if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone()) {
         let budget = deadline.saturating_duration_since(Instant::now());
         if let prober::Outcome::Failure(msg) =
@@ -89,8 +98,9 @@ pub(super) async fn kill_container(m: &RuntimeManager, pod: &Pod, c: &Container,
         {
             event(m, pod, EventType::Warning, "FailedPreStopHook", format!("PreStopHook failed: {msg}"), None);
         }
+        // What the hook took comes off the grace period.
+        remaining = deadline.saturating_duration_since(Instant::now()).as_secs() as i64;
     }
-    let remaining = deadline.saturating_duration_since(Instant::now()).as_secs() as i64;
     if let Err(e) = m.runtime.stop_container(&l.id, remaining.max(MIN_GRACE_SECONDS)).await
         && !e.is_not_found()
     {
@@ -107,14 +117,14 @@ pub(super) async fn start_container(
     st: &mut PodSyncState,
     pod: &Pod,
     c: &Container,
-    init: bool,
+    kind: &ContainerKind,
     attempt: u32,
     sandbox_id: &str,
     sandbox_config: &api::PodSandboxConfig,
     facts: &NodeFacts,
     start_permit: &mut Option<tokio::sync::SemaphorePermit<'_>>,
 ) {
-    let fp = field_path(c, init);
+    let fp = field_path(c, kind.list());
     let image = c.image.clone().unwrap_or_default();
     let image_key = format!("{}/{}", st.uid, image);
     let t = Instant::now();
@@ -184,7 +194,7 @@ pub(super) async fn start_container(
     if let Err(e) = std::fs::create_dir_all(&log_dir) {
         tracing::warn!(dir = %log_dir.display(), error = %e, "creating the container log directory failed");
     }
-    let start = ContainerStart { pod, container: c, init, attempt, image_ref, env, mounts };
+    let start = ContainerStart { pod, container: c, kind: kind.clone(), attempt, image_ref, env, mounts };
     let config = kuberuntime::container_config(&start, &m.cfg);
     let t = Instant::now();
     let created = m.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await;

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use super::container::{ContainerAction, backoff_action, kill_container, start_container};
 use super::sandbox::create_pod_sandbox;
-use super::{ContainerInfo, PodRuntimeConfig, RuntimePod};
+use super::{ContainerInfo, ContainerKind, PodRuntimeConfig, RuntimePod};
 use crate::backoff::Backoff;
 use crate::cri::{ImageService, RuntimeService, api};
 use crate::dns::{Configurer, HostDns, PodDns};
@@ -213,9 +213,9 @@ pub(crate) fn pod_desc(pod: &Pod) -> String {
     )
 }
 
-/// The event field path of a container, e.g. `spec.containers{app}`.
-pub(super) fn field_path(c: &Container, init: bool) -> Option<String> {
-    Some(format!("spec.{}{{{}}}", if init { "initContainers" } else { "containers" }, c.name))
+/// The event field path of a container in pod spec list `list`, e.g. `spec.containers{app}`.
+pub(super) fn field_path(c: &Container, list: &str) -> Option<String> {
+    Some(format!("spec.{list}{{{}}}", c.name))
 }
 
 /// Records an event about `pod`.
@@ -278,27 +278,66 @@ pub(crate) async fn terminate(m: &RuntimeManager, st: &mut PodSyncState, pod: &P
     true
 }
 
-/// Stops every running container (preStop hook first, then SIGTERM and SIGKILL after the
-/// remaining grace period) and every ready sandbox of a runtime pod.
+/// The containers each running container waits for before it is stopped when its pod is
+/// killed (KEP-753's termination ordering, the upstream `terminationOrdering`): regular (and
+/// ephemeral) containers wait for nothing; a sidecar waits for every regular container and for
+/// the sidecars after it in the spec, so sidecars stop last, in reverse order. Only containers
+/// in `running` are waited for.
+pub(crate) fn termination_order(spec: Option<&PodSpec>, running: &[&str]) -> HashMap<String, Vec<String>> {
+    let sidecars: Vec<&str> = spec
+        .map(|s| s.init_containers.iter().flatten().filter(|c| is_sidecar(c)).map(|c| c.name.as_str()).collect())
+        .unwrap_or_default();
+    let mut order = HashMap::new();
+    for name in running {
+        let waits = match sidecars.iter().position(|s| s == name) {
+            None => Vec::new(),
+            Some(i) => running
+                .iter()
+                .filter(|other| match sidecars.iter().position(|s| s == *other) {
+                    None => true,
+                    Some(j) => j > i,
+                })
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        order.insert(name.to_string(), waits);
+    }
+    order
+}
+
+/// Stops every running container and every ready sandbox of a runtime pod: each container's
+/// preStop hook runs at once, then it waits for its turn ([`termination_order`]: sidecars
+/// after the regular containers) within the grace period, then SIGTERM and SIGKILL after what
+/// is left of the grace period (at least the kubelet's minimum).
 pub(crate) async fn kill_runtime_pod(m: &RuntimeManager, pod: Option<&Pod>, rt: &RuntimePod, grace: i64) {
     let deadline = Instant::now() + Duration::from_secs(grace.max(0) as u64);
     let pod_ip = rt.latest_sandbox().and_then(|s| s.ip.clone()).unwrap_or_default();
-    let kills = rt.running_containers().map(|c| {
+    let running: Vec<&ContainerInfo> = rt.running_containers().collect();
+    let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+    let order = termination_order(pod.and_then(|p| p.spec.as_ref()), &names);
+    // One flag per running container, raised once it has stopped.
+    let stopped: HashMap<&str, tokio::sync::watch::Sender<bool>> =
+        names.iter().map(|n| (*n, tokio::sync::watch::channel(false).0)).collect();
+    let kills = running.iter().map(|c| {
         let spec = pod.and_then(|p| {
             let s = p.spec.as_ref()?;
             s.containers.iter().chain(s.init_containers.iter().flatten()).find(|x| x.name == c.name).cloned()
         });
+        let init = pod
+            .and_then(|p| p.spec.as_ref())
+            .is_some_and(|s| s.init_containers.iter().flatten().any(|x| x.name == c.name));
+        let waits: Vec<tokio::sync::watch::Receiver<bool>> = order
+            .get(&c.name)
+            .into_iter()
+            .flatten()
+            .filter_map(|n| stopped.get(n.as_str()).map(|tx| tx.subscribe()))
+            .collect();
+        let done = stopped.get(c.name.as_str());
         let pod_ip = pod_ip.clone();
         async move {
             if let Some(p) = pod {
-                event(
-                    m,
-                    p,
-                    EventType::Normal,
-                    "Killing",
-                    format!("Stopping container {}", c.name),
-                    Some(format!("spec.containers{{{}}}", c.name)),
-                );
+                let fp = Some(format!("spec.{}{{{}}}", if init { "initContainers" } else { "containers" }, c.name));
+                event(m, p, EventType::Normal, "Killing", format!("Stopping container {}", c.name), fp);
             }
             if let Some(hook) = spec.as_ref().and_then(|s| s.lifecycle.as_ref()).and_then(|l| l.pre_stop.clone())
                 && let Some(container) = spec.as_ref()
@@ -310,11 +349,18 @@ pub(crate) async fn kill_runtime_pod(m: &RuntimeManager, pod: Option<&Pod>, rt: 
                     event(m, p, EventType::Warning, "FailedPreStopHook", format!("PreStopHook failed: {msg}"), None);
                 }
             }
+            let turn = futures::future::join_all(waits.into_iter().map(|mut rx| async move {
+                let _ = rx.wait_for(|stopped| *stopped).await;
+            }));
+            let _ = tokio::time::timeout_at(deadline.into(), turn).await;
             let remaining = deadline.saturating_duration_since(Instant::now()).as_secs() as i64;
             if let Err(e) = m.runtime.stop_container(&c.id, remaining.max(MIN_GRACE_SECONDS)).await
                 && !e.is_not_found()
             {
                 tracing::warn!(container = %c.id, error = %e, "stopping container failed");
+            }
+            if let Some(tx) = done {
+                tx.send_replace(true);
             }
         }
     });
@@ -398,6 +444,9 @@ pub(crate) struct ContainerToKill {
     pub(crate) instance: ContainerInfo,
     /// The `Killing` event's message (why it is restarted).
     pub(crate) message: String,
+    /// The grace period of the kill in seconds when not the pod's: the failed probe's
+    /// `terminationGracePeriodSeconds`.
+    pub(crate) grace: Option<i64>,
 }
 
 /// A container SyncPod starts.
@@ -405,8 +454,8 @@ pub(crate) struct ContainerToKill {
 pub(crate) struct ContainerToStart {
     /// Its spec.
     pub(crate) container: Container,
-    /// True for an init container.
-    pub(crate) init: bool,
+    /// Init, regular or ephemeral.
+    pub(crate) kind: ContainerKind,
     /// Attempt (restart count) of the new instance; for a restart under back-off, the back-off
     /// decides (the exited instance's attempt + 1).
     pub(crate) attempt: u32,
@@ -418,27 +467,196 @@ pub(crate) struct ContainerToStart {
 /// `podActions`).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PodActions {
-    /// Every init container has completed: the regular containers may run.
+    /// The pod is initialized: every regular init container completed and every sidecar
+    /// (restartable init container) has started, or a regular container already ran in this
+    /// sandbox. The regular containers may run.
     pub(crate) init_done: bool,
     /// An init container failed under restartPolicy Never: the pod has failed and is killed.
     pub(crate) init_failed: bool,
+    /// Nothing of the regular containers runs or will run again (restartPolicy Never or
+    /// OnFailure, all of them exited for good): the pod is finished and its sidecars are
+    /// stopped, not restarted (upstream: `KillPod` with no `InitContainersToStart`).
+    pub(crate) pod_done: bool,
     /// Running containers to kill: failed liveness or startup probe, or a changed spec. The
-    /// next sync restarts them per restartPolicy.
+    /// next sync restarts them per restartPolicy (sidecars: always).
     pub(crate) containers_to_kill: Vec<ContainerToKill>,
     /// Ids of instances created but never started (the agent died in between), removed before
     /// their replacement starts.
     pub(crate) containers_to_remove: Vec<String>,
-    /// Containers to start, in order: the next init container, or the regular containers.
+    /// Containers to start, in order: init containers in spec order (the next one to run, and
+    /// sidecars to restart), then the regular containers.
     pub(crate) containers_to_start: Vec<ContainerToStart>,
 }
 
+/// True for a restartable init container, a sidecar (`restartPolicy: Always` on an init
+/// container, KEP-753).
+pub(crate) fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Why a running container is killed, if it is: a failed liveness or startup probe, or a
+/// changed spec (the upstream event messages; `what` is "Container" or "Init container"),
+/// with the grace period of the kill when the failed probe sets its own
+/// `terminationGracePeriodSeconds` (KEP-2238).
+fn kill_reason(
+    c: &Container,
+    l: &ContainerInfo,
+    probe_results: &ProbeResults,
+    what: &str,
+) -> Option<(String, Option<i64>)> {
+    let failed = |kind: ProbeKind| probe_results.get(&l.id, kind) == Some(false);
+    let probe_grace = |kind: ProbeKind| kind.probe(c).and_then(|p| p.termination_grace_period_seconds);
+    let changed = !l.hash.is_empty() && l.hash != kuberuntime::container_hash(c);
+    let restarted = if what == "Container" { ", will be restarted" } else { "" };
+    if failed(ProbeKind::Startup) {
+        Some((format!("{what} {} failed startup probe{restarted}", c.name), probe_grace(ProbeKind::Startup)))
+    } else if changed {
+        Some((format!("{what} {} definition changed{restarted}", c.name), None))
+    } else if failed(ProbeKind::Liveness) {
+        Some((format!("{what} {} failed liveness probe{restarted}", c.name), probe_grace(ProbeKind::Liveness)))
+    } else {
+        None
+    }
+}
+
+/// The init container half of [`compute_pod_actions`] (the upstream
+/// `computeInitContainerActions`, with sidecars): starts the first init container not yet
+/// started, the next one once the previous completed (a regular init container, exit code 0)
+/// or started (a sidecar: running, and its startup probe succeeded if it has one); restarts
+/// exited sidecars at any time; kills sidecars failing their startup or liveness probe or
+/// whose spec changed. Walks the list backwards, as upstream, because completed init
+/// containers may have been garbage-collected: the last one found says how far the pod got.
+/// Returns whether the pod is initialized.
+fn compute_init_container_actions(
+    spec: &PodSpec,
+    rt: &RuntimePod,
+    sandbox_id: &str,
+    probe_results: &ProbeResults,
+    actions: &mut PodActions,
+) -> bool {
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return true;
+    }
+    let current = |name: &str| rt.latest(name).filter(|l| l.sandbox_id == sandbox_id);
+    // A regular container created or running in this sandbox means the init containers ran
+    // before, even if their records are gone: only sidecars are kept running from then on.
+    let mut initialized = spec.containers.iter().any(|c| {
+        current(&c.name).is_some_and(|l| {
+            matches!(l.state, api::ContainerState::ContainerRunning | api::ContainerState::ContainerCreated)
+        })
+    });
+    let restart_on_failure = spec.restart_policy.as_deref() != Some("Never");
+    let mut previously_initialized = initialized;
+    // Indices of init containers to start (collected backwards).
+    let mut to_start: Vec<usize> = Vec::new();
+    let mut kills: Vec<ContainerToKill> = Vec::new();
+    let mut kill = |c: &Container, l: &ContainerInfo, message: String, grace: Option<i64>| {
+        kills.push(ContainerToKill { container: c.clone(), instance: l.clone(), message, grace });
+    };
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(c);
+        let Some(l) = current(&c.name) else {
+            if previously_initialized && sidecar {
+                to_start.push(i);
+            }
+            continue;
+        };
+        if previously_initialized && !sidecar {
+            continue;
+        }
+        match l.state {
+            api::ContainerState::ContainerCreated => to_start.push(i),
+            api::ContainerState::ContainerRunning if sidecar => 'running: {
+                if c.startup_probe.is_some() {
+                    match probe_results.get(&l.id, ProbeKind::Startup) {
+                        Some(true) => {}
+                        Some(false) => {
+                            let grace = c.startup_probe.as_ref().and_then(|p| p.termination_grace_period_seconds);
+                            kill(c, l, format!("Init container {} failed startup probe", c.name), grace);
+                            to_start.push(i);
+                            break 'running;
+                        }
+                        None => break 'running,
+                    }
+                }
+                if i + 1 == inits.len() {
+                    initialized = true;
+                } else if !previously_initialized {
+                    to_start.push(i + 1);
+                }
+                if let Some((message, grace)) = kill_reason(c, l, probe_results, "Init container") {
+                    kill(c, l, message, grace);
+                    to_start.push(i);
+                }
+            }
+            api::ContainerState::ContainerRunning => {}
+            api::ContainerState::ContainerExited if sidecar => to_start.push(i),
+            api::ContainerState::ContainerExited if l.exit_code != 0 => {
+                if !restart_on_failure {
+                    actions.init_failed = true;
+                    return false;
+                }
+                to_start.push(i);
+            }
+            api::ContainerState::ContainerExited => {
+                if i + 1 == inits.len() {
+                    initialized = true;
+                } else {
+                    to_start.push(i + 1);
+                }
+            }
+            _ => {
+                if !sidecar && !restart_on_failure {
+                    actions.init_failed = true;
+                    return false;
+                }
+                // kubecontainer's state names: anything but created, running, exited is unknown.
+                kill(c, l, format!("Init container is in {:?} state, try killing it", "unknown"), None);
+                to_start.push(i);
+            }
+        }
+        previously_initialized = true;
+    }
+    if !previously_initialized {
+        to_start.push(0);
+    }
+    actions.containers_to_kill.append(&mut kills);
+    to_start.sort_unstable();
+    to_start.dedup();
+    for i in to_start {
+        let c = &inits[i];
+        let latest = rt.latest(&c.name);
+        let in_sandbox = latest.filter(|l| l.sandbox_id == sandbox_id);
+        let (attempt, restart_of) = match in_sandbox {
+            // An exited instance restarts after its CrashLoopBackOff.
+            Some(l) if l.state == api::ContainerState::ContainerExited => (l.attempt + 1, Some(l.clone())),
+            // Created but never started (or unknown): removed, then started again.
+            Some(l) if l.state != api::ContainerState::ContainerRunning => {
+                actions.containers_to_remove.push(l.id.clone());
+                (l.attempt, None)
+            }
+            _ => (latest.map(|l| l.attempt + 1).unwrap_or(0), None),
+        };
+        actions.containers_to_start.push(ContainerToStart {
+            container: c.clone(),
+            kind: ContainerKind::Init,
+            attempt,
+            restart_of,
+        });
+    }
+    initialized
+}
+
 /// Decides what SyncPod does to the containers of a pod running in sandbox `sandbox_id` (the
-/// upstream `computePodActions`): init containers run one at a time in order, each to
-/// successful completion, before any regular container; a failed init container is restarted
-/// (after back-off) unless restartPolicy is Never, which fails the pod; regular containers
-/// that are missing start, exited ones restart when restartPolicy says so (Always; OnFailure
-/// with a non-zero exit code), and running ones are killed when their liveness or startup
-/// probe failed or their spec changed.
+/// upstream `computePodActions`): init containers first ([`compute_init_container_actions`]:
+/// in order, each regular one to successful completion and each sidecar until started, before
+/// any regular container; a failed init container is restarted after back-off unless
+/// restartPolicy is Never, which fails the pod); then regular containers that are missing
+/// start, exited ones restart when restartPolicy says so (Always; OnFailure with a non-zero
+/// exit code), and running ones are killed when their liveness or startup probe failed or
+/// their spec changed. When no regular container runs or will run again, the pod is done and
+/// its sidecars are not restarted.
 pub(crate) fn compute_pod_actions(
     spec: &PodSpec,
     rt: &RuntimePod,
@@ -446,67 +664,74 @@ pub(crate) fn compute_pod_actions(
     probe_results: &ProbeResults,
 ) -> PodActions {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let mut actions = PodActions { init_done: true, ..Default::default() };
-    for c in spec.init_containers.iter().flatten() {
-        let latest = rt.latest(&c.name);
-        match latest.filter(|l| l.sandbox_id == sandbox_id) {
-            Some(l) if l.state == api::ContainerState::ContainerExited && l.exit_code == 0 => continue,
-            Some(l) if l.state == api::ContainerState::ContainerRunning => {}
-            Some(l) if l.state == api::ContainerState::ContainerExited => {
-                if policy == "Never" {
-                    actions.init_failed = true;
-                } else {
-                    actions.containers_to_start.push(ContainerToStart {
-                        container: c.clone(),
-                        init: true,
-                        attempt: l.attempt + 1,
-                        restart_of: Some(l.clone()),
-                    });
-                }
-            }
-            _ => actions.containers_to_start.push(ContainerToStart {
-                container: c.clone(),
-                init: true,
-                attempt: latest.map(|l| l.attempt + 1).unwrap_or(0),
-                restart_of: None,
-            }),
-        }
-        actions.init_done = false;
-        break;
+    let mut actions = PodActions::default();
+    actions.init_done = compute_init_container_actions(spec, rt, sandbox_id, probe_results, &mut actions);
+    if actions.init_failed {
+        actions.containers_to_start.clear();
+        actions.containers_to_kill.clear();
+        actions.containers_to_remove.clear();
+        return actions;
     }
+    // Ephemeral containers start once, even before initialization completes (so a pod stuck
+    // initializing can be debugged), and never again (upstream: first in SyncPod's starts).
+    let mut ephemeral: Vec<ContainerToStart> = kuberuntime::ephemeral_containers(spec)
+        .into_iter()
+        .filter(|(c, _)| rt.latest(&c.name).is_none())
+        .map(|(c, target)| {
+            let target = target.and_then(|t| {
+                rt.latest(&t).filter(|l| l.state == api::ContainerState::ContainerRunning).map(|l| l.id.clone())
+            });
+            ContainerToStart { container: c, kind: ContainerKind::Ephemeral { target }, attempt: 0, restart_of: None }
+        })
+        .collect();
+    ephemeral.append(&mut actions.containers_to_start);
+    actions.containers_to_start = ephemeral;
     if !actions.init_done {
         return actions;
     }
+    let mut keep = 0;
+    let mut regular_to_start = 0;
     for c in &spec.containers {
-        let start = |attempt, restart_of| ContainerToStart { container: c.clone(), init: false, attempt, restart_of };
-        match rt.latest(&c.name) {
-            None => actions.containers_to_start.push(start(0, None)),
-            Some(l) if l.sandbox_id != sandbox_id => actions.containers_to_start.push(start(l.attempt + 1, None)),
+        let start = |attempt, restart_of| ContainerToStart {
+            container: c.clone(),
+            kind: ContainerKind::Regular,
+            attempt,
+            restart_of,
+        };
+        let to_start = match rt.latest(&c.name) {
+            None => Some(start(0, None)),
+            Some(l) if l.sandbox_id != sandbox_id => Some(start(l.attempt + 1, None)),
             Some(l) if l.state == api::ContainerState::ContainerRunning => {
-                let liveness_failed = probe_results.get(&l.id, ProbeKind::Liveness) == Some(false);
-                let startup_failed = probe_results.get(&l.id, ProbeKind::Startup) == Some(false);
-                let changed = !l.hash.is_empty() && l.hash != kuberuntime::container_hash(c);
-                let message = if liveness_failed {
-                    format!("Container {} failed liveness probe, will be restarted", c.name)
-                } else if startup_failed {
-                    format!("Container {} failed startup probe, will be restarted", c.name)
-                } else if changed {
-                    format!("Container {} definition changed, will be restarted", c.name)
-                } else {
-                    continue;
-                };
-                actions.containers_to_kill.push(ContainerToKill { container: c.clone(), instance: l.clone(), message });
+                // Kept running, or killed now and restarted by a later sync: either way the
+                // pod is not done.
+                keep += 1;
+                if let Some((message, grace)) = kill_reason(c, l, probe_results, "Container") {
+                    actions.containers_to_kill.push(ContainerToKill {
+                        container: c.clone(),
+                        instance: l.clone(),
+                        message,
+                        grace,
+                    });
+                }
+                None
             }
             Some(l) if l.state == api::ContainerState::ContainerExited => {
-                if should_restart(policy, l.exit_code) {
-                    actions.containers_to_start.push(start(l.attempt + 1, Some(l.clone())));
-                }
+                should_restart(policy, l.exit_code).then(|| start(l.attempt + 1, Some(l.clone())))
             }
             Some(l) => {
                 actions.containers_to_remove.push(l.id.clone());
-                actions.containers_to_start.push(start(l.attempt, None));
+                Some(start(l.attempt, None))
             }
+        };
+        if let Some(s) = to_start {
+            regular_to_start += 1;
+            actions.containers_to_start.push(s);
         }
+    }
+    if keep == 0 && regular_to_start == 0 && !spec.containers.is_empty() {
+        // Sidecars must not keep a finished pod alive.
+        actions.pod_done = true;
+        actions.containers_to_start.clear();
     }
     actions
 }
@@ -517,7 +742,6 @@ pub(crate) fn compute_pod_actions(
 /// [`crate::Error`] when the runtime cannot be read or the pod log directory created.
 pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Pod) -> Result<Duration, crate::Error> {
     let spec = pod.spec.clone().unwrap_or_default();
-    let policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
     let cri_err = |e: crate::cri::CriError| crate::Error::Config(e.to_string());
     let api_phase = pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
     let t = Instant::now();
@@ -571,29 +795,43 @@ pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Po
 
     // 2. Decide per container, then act on the decision.
     let actions = compute_pod_actions(&spec, &rt, &sandbox.id, &st.probe_results);
-    let init_done = actions.init_done;
     if actions.init_failed {
         // The pod failed: an init container failed and may not be retried.
         st.finished = true;
         kill_runtime_pod(m, Some(pod), &rt, grace_seconds(pod)).await;
     }
+    if actions.pod_done {
+        // Every regular container exited for good: the pod is finished, and its sidecars are
+        // stopped (after the regular containers, in reverse order) instead of restarted.
+        st.finished = true;
+        kill_runtime_pod(m, Some(pod), &rt, grace_seconds(pod)).await;
+        rt = kuberuntime::runtime_pod(m.runtime.as_ref(), &st.uid).await.map_err(cri_err)?;
+    }
     for kill in &actions.containers_to_kill {
-        event(m, pod, EventType::Normal, "Killing", kill.message.clone(), field_path(&kill.container, false));
-        kill_container(m, pod, &kill.container, &kill.instance, &pod_ip).await;
+        let init = spec.init_containers.iter().flatten().any(|c| c.name == kill.container.name);
+        event(
+            m,
+            pod,
+            EventType::Normal,
+            "Killing",
+            kill.message.clone(),
+            field_path(&kill.container, if init { "initContainers" } else { "containers" }),
+        );
+        kill_container(m, pod, &kill.container, &kill.instance, &pod_ip, kill.grace).await;
         st.wake.notify_one();
         next = FAST_RESYNC;
     }
     for id in &actions.containers_to_remove {
         let _ = m.runtime.remove_container(id).await;
     }
-    let mut to_start: Vec<(Container, bool, u32)> = Vec::new();
+    let mut to_start: Vec<(Container, ContainerKind, u32)> = Vec::new();
     for s in actions.containers_to_start {
         let action = match &s.restart_of {
             Some(exited) => backoff_action(m, st, pod, &s.container, exited),
             None => ContainerAction::Start(s.attempt),
         };
         match action {
-            ContainerAction::Start(a) => to_start.push((s.container, s.init, a)),
+            ContainerAction::Start(a) => to_start.push((s.container, s.kind, a)),
             ContainerAction::Wait(d) => next = next.min(d),
         }
     }
@@ -624,8 +862,8 @@ pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Po
                 Err(e) => tracing::warn!(pod = %pod_desc(pod), error = %e, "writing /etc/hosts failed"),
             }
         }
-        for (c, init, attempt) in to_start {
-            start_container(m, st, pod, &c, init, attempt, &sandbox.id, &sandbox_config, &facts, &mut start_permit)
+        for (c, kind, attempt) in to_start {
+            start_container(m, st, pod, &c, &kind, attempt, &sandbox.id, &sandbox_config, &facts, &mut start_permit)
                 .await;
         }
         drop(start_permit.take());
@@ -641,25 +879,14 @@ pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Po
         }
     }
 
-    // 4. Finished? (restartPolicy Never/OnFailure, every container exited for good.)
-    if policy != "Always" && init_done && !spec.containers.is_empty() {
-        let all_done = spec.containers.iter().all(|c| match rt.latest(&c.name) {
-            Some(l) => l.state == api::ContainerState::ContainerExited && !should_restart(&policy, l.exit_code),
-            None => false,
-        });
-        if all_done {
-            st.finished = true;
-            kill_runtime_pod(m, Some(pod), &rt, 0).await;
-            rt = kuberuntime::runtime_pod(m.runtime.as_ref(), &st.uid).await.map_err(cri_err)?;
-        }
-    }
-
-    // 5. Probes for running containers of the current sandbox.
+    // 4. Probes for running containers of the current sandbox.
     let running: Vec<ContainerInfo> = rt.running_containers().filter(|c| c.sandbox_id == sandbox.id).cloned().collect();
     let keep: HashSet<String> = running.iter().map(|c| c.id.clone()).collect();
     st.stop_probes(&keep);
     for c in &running {
-        let Some(c_spec) = spec.containers.iter().find(|s| s.name == c.name) else { continue };
+        // Regular containers and sidecars are probed; regular init containers have no probes.
+        let c_spec = spec.containers.iter().chain(spec.init_containers.iter().flatten().filter(|c| is_sidecar(c)));
+        let Some(c_spec) = c_spec.into_iter().find(|s| s.name == c.name) else { continue };
         for kind in [ProbeKind::Startup, ProbeKind::Liveness, ProbeKind::Readiness] {
             if kind.probe(c_spec).is_none() || st.probes.contains_key(&(c.id.clone(), kind)) {
                 continue;
@@ -679,7 +906,7 @@ pub(crate) async fn sync_pod(m: &RuntimeManager, st: &mut PodSyncState, pod: &Po
         }
     }
 
-    // 6. Garbage-collect dead instances beyond the newest two of each container.
+    // 5. Garbage-collect dead instances beyond the newest two of each container.
     gc_dead_containers(m, &rt).await;
 
     publish_status(m, st, pod, &rt).await;
@@ -1059,6 +1286,82 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_failed_liveness_probe_kills_with_the_probes_own_grace_period() {
+        let mut p = pod("Always", &[], &["app", "other"]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.termination_grace_period_seconds = Some(600);
+            for c in &mut spec.containers {
+                c.liveness_probe = Some(Probe {
+                    exec: Some(ExecAction { command: Some(vec!["true".into()]) }),
+                    initial_delay_seconds: Some(3600),
+                    termination_grace_period_seconds: (c.name == "app").then_some(7),
+                    ..Default::default()
+                });
+            }
+        }
+        let mut h = Harness::new(p);
+        h.sync().await;
+        h.st.probe_results.set(&h.latest("app").0, ProbeKind::Liveness, false);
+        h.st.probe_results.set(&h.latest("other").0, ProbeKind::Liveness, false);
+        h.sync().await;
+        assert_eq!(h.fake.stop_timeout("app"), Some(7), "the probe's terminationGracePeriodSeconds");
+        assert_eq!(h.fake.stop_timeout("other"), Some(600), "the pod's");
+    }
+
+    #[tokio::test]
+    async fn an_ephemeral_container_starts_once_in_the_pods_sandbox_targeting_a_container() {
+        let mut p = pod("Always", &[], &["app"]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.ephemeral_containers = Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+                name: "debugger".into(),
+                image: Some("busybox:1.36".into()),
+                target_container_name: Some("app".into()),
+                ..Default::default()
+            }]);
+        }
+        let mut h = Harness::new(p);
+        h.sync().await;
+        // The app runs now; the debugger joined it in the first sync without a target id.
+        let (app, _, _, sandbox) = h.latest("app");
+        let (dbg, _, state, dbg_sandbox) = h.latest("debugger");
+        assert_eq!((state, dbg_sandbox.as_str()), (api::ContainerState::ContainerRunning, sandbox.as_str()));
+        let kind = h.fake.containers()[&dbg].config.annotations.get(kuberuntime::ANNOTATION_CONTAINER_KIND).cloned();
+        assert_eq!(kind.as_deref(), Some("ephemeral"));
+        let status = h.host.statuses.lock().last().cloned().unwrap_or_default();
+        let eph = status.ephemeral_container_statuses.clone().unwrap_or_default();
+        assert_eq!(eph.len(), 1);
+        assert!(eph[0].state.as_ref().is_some_and(|s| s.running.is_some()), "{eph:?}");
+
+        // Exited: never restarted.
+        h.fake.exit_container(&dbg, 0);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.creates_of("debugger"), 0);
+
+        // A second one added later joins the app's process namespace.
+        if let Some(spec) = h.pod.spec.as_mut() {
+            spec.ephemeral_containers.get_or_insert_with(Vec::new).push(
+                k8s_openapi::api::core::v1::EphemeralContainer {
+                    name: "second".into(),
+                    image: Some("busybox:1.36".into()),
+                    target_container_name: Some("app".into()),
+                    ..Default::default()
+                },
+            );
+        }
+        h.sync().await;
+        let (second, _, _, _) = h.latest("second");
+        let ns = h.fake.containers()[&second]
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone())
+            .unwrap_or_default();
+        assert_eq!((ns.pid, ns.target_id.as_str()), (api::NamespaceMode::Target as i32, app.as_str()));
+    }
+
+    #[tokio::test]
     async fn a_pod_being_deleted_kills_its_containers_then_the_sandbox() {
         let mut h = Harness::new(pod("Always", &[], &["app", "sidecar"]));
         h.sync().await;
@@ -1102,6 +1405,240 @@ mod tests {
             "the container restarts in the new sandbox"
         );
         assert_eq!(h.creates_of("app"), 1);
+    }
+
+    /// A pod whose init containers are `(name, sidecar)` pairs.
+    fn sidecar_pod(policy: &str, init: &[(&str, bool)], containers: &[&str]) -> Pod {
+        let mut p = pod(policy, &[], containers);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.init_containers = Some(
+                init.iter()
+                    .map(|(n, sidecar)| Container {
+                        restart_policy: sidecar.then(|| "Always".to_string()),
+                        ..container(n)
+                    })
+                    .collect(),
+            );
+        }
+        p
+    }
+
+    fn info(name: &str, state: api::ContainerState, exit_code: i32) -> ContainerInfo {
+        ContainerInfo {
+            id: format!("{name}-id"),
+            name: name.into(),
+            attempt: 0,
+            state,
+            created_at: 1,
+            started_at: 2,
+            finished_at: if state == api::ContainerState::ContainerExited { 3 } else { 0 },
+            exit_code,
+            reason: String::new(),
+            message: String::new(),
+            image: "busybox:1.36".into(),
+            image_ref: String::new(),
+            sandbox_id: "s1".into(),
+            hash: String::new(),
+            init: false,
+        }
+    }
+
+    fn starts(a: &PodActions) -> Vec<String> {
+        a.containers_to_start.iter().map(|s| s.container.name.clone()).collect()
+    }
+
+    fn kills(a: &PodActions) -> Vec<String> {
+        a.containers_to_kill.iter().map(|k| k.message.clone()).collect()
+    }
+
+    /// Cases after upstream's `TestComputePodActionsWithRestartableInitContainers`.
+    #[test]
+    fn sidecars_start_in_order_each_once_the_previous_one_started() {
+        use api::ContainerState::{
+            ContainerCreated as Created, ContainerExited as Exited, ContainerRunning as Running,
+        };
+        let spec = |p: Pod| p.spec.unwrap_or_default();
+        let two_sidecars = spec(sidecar_pod("Always", &[("sc-1", true), ("sc-2", true)], &["app"]));
+        let results = ProbeResults::default();
+        let rt = |cs: Vec<ContainerInfo>| RuntimePod { sandboxes: Vec::new(), containers: cs };
+
+        let a = compute_pod_actions(&two_sidecars, &rt(vec![]), "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (vec!["sc-1".to_string()], false), "nothing ran: the first sidecar");
+
+        let a = compute_pod_actions(&two_sidecars, &rt(vec![info("sc-1", Running, 0)]), "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (vec!["sc-2".to_string()], false), "a running sidecar has started");
+
+        let both = rt(vec![info("sc-1", Running, 0), info("sc-2", Running, 0)]);
+        let a = compute_pod_actions(&two_sidecars, &both, "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (vec!["app".to_string()], true), "all started: the app starts");
+
+        let a = compute_pod_actions(&two_sidecars, &rt(vec![info("sc-1", Created, 0)]), "s1", &results);
+        assert_eq!(starts(&a), ["sc-1"], "a sidecar stuck in created is started again");
+        assert_eq!(a.containers_to_remove, ["sc-1-id"]);
+
+        // Exited sidecars restart, before and after initialization, whatever restartPolicy says.
+        for policy in ["Always", "OnFailure", "Never"] {
+            let s = spec(sidecar_pod(policy, &[("sc-1", true), ("sc-2", true)], &["app"]));
+            let a = compute_pod_actions(&s, &rt(vec![info("sc-1", Exited, 0)]), "s1", &results);
+            assert_eq!(starts(&a), ["sc-1"], "{policy}: exited before sc-2 started");
+            assert!(a.containers_to_start[0].restart_of.is_some(), "{policy}: the restart waits out its back-off");
+            let running = rt(vec![info("sc-1", Exited, 1), info("sc-2", Running, 0), info("app", Running, 0)]);
+            let a = compute_pod_actions(&s, &running, "s1", &results);
+            assert_eq!((starts(&a), a.init_done, a.pod_done), (vec!["sc-1".to_string()], true, false), "{policy}");
+        }
+
+        // A regular init container between sidecars runs to completion before the next one.
+        let mixed = spec(sidecar_pod("Always", &[("sc-1", true), ("init", false), ("sc-2", true)], &["app"]));
+        let a = compute_pod_actions(&mixed, &rt(vec![info("sc-1", Running, 0)]), "s1", &results);
+        assert_eq!(starts(&a), ["init"]);
+        let a =
+            compute_pod_actions(&mixed, &rt(vec![info("sc-1", Running, 0), info("init", Running, 0)]), "s1", &results);
+        assert!(starts(&a).is_empty(), "the regular init container is still running");
+        let done = rt(vec![info("sc-1", Running, 0), info("init", Exited, 0)]);
+        assert_eq!(starts(&compute_pod_actions(&mixed, &done, "s1", &results)), ["sc-2"]);
+        // Once the app ran, a completed init container is not run again even if gone, but a
+        // missing sidecar is started again.
+        let later = rt(vec![info("sc-2", Running, 0), info("app", Running, 0)]);
+        let a = compute_pod_actions(&mixed, &later, "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (vec!["sc-1".to_string()], true));
+    }
+
+    #[test]
+    fn a_sidecar_with_a_startup_probe_holds_the_next_container_until_the_probe_succeeds() {
+        use api::ContainerState::ContainerRunning as Running;
+        let mut p = sidecar_pod("Always", &[("sc", true)], &["app"]);
+        if let Some(c) = p.spec.as_mut().and_then(|s| s.init_containers.as_mut()).map(|i| &mut i[0]) {
+            c.startup_probe =
+                Some(Probe { exec: Some(ExecAction { command: Some(vec!["true".into()]) }), ..Default::default() });
+        }
+        let spec = p.spec.unwrap_or_default();
+        let rt = RuntimePod { sandboxes: Vec::new(), containers: vec![info("sc", Running, 0)] };
+        let results = ProbeResults::default();
+        let a = compute_pod_actions(&spec, &rt, "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (Vec::<String>::new(), false), "no startup result yet: wait");
+
+        results.set("sc-id", ProbeKind::Startup, true);
+        let a = compute_pod_actions(&spec, &rt, "s1", &results);
+        assert_eq!((starts(&a), a.init_done), (vec!["app".to_string()], true), "started: the app starts");
+
+        results.set("sc-id", ProbeKind::Startup, false);
+        let a = compute_pod_actions(&spec, &rt, "s1", &results);
+        assert_eq!(kills(&a), ["Init container sc failed startup probe"]);
+        assert_eq!(starts(&a), ["sc"], "killed and started again");
+    }
+
+    #[test]
+    fn a_sidecar_failing_liveness_is_restarted_without_touching_the_app() {
+        use api::ContainerState::ContainerRunning as Running;
+        let spec = sidecar_pod("Always", &[("sc", true)], &["app"]).spec.unwrap_or_default();
+        let rt =
+            RuntimePod { sandboxes: Vec::new(), containers: vec![info("sc", Running, 0), info("app", Running, 0)] };
+        let results = ProbeResults::default();
+        results.set("sc-id", ProbeKind::Liveness, false);
+        let a = compute_pod_actions(&spec, &rt, "s1", &results);
+        assert_eq!(kills(&a), ["Init container sc failed liveness probe"]);
+        assert_eq!((starts(&a), a.init_done), (vec!["sc".to_string()], true));
+    }
+
+    #[test]
+    fn a_job_like_pod_is_done_when_its_main_containers_finished_and_sidecars_are_not_restarted() {
+        use api::ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        let cases = [
+            ("Never", 0, true),
+            ("Never", 1, true),
+            ("OnFailure", 0, true),
+            ("OnFailure", 1, false),
+            ("Always", 0, false),
+        ];
+        for (policy, app_exit, done) in cases {
+            let spec = sidecar_pod(policy, &[("sc", true)], &["app"]).spec.unwrap_or_default();
+            let rt = RuntimePod {
+                sandboxes: Vec::new(),
+                containers: vec![info("sc", Running, 0), info("app", Exited, app_exit)],
+            };
+            let a = compute_pod_actions(&spec, &rt, "s1", &ProbeResults::default());
+            let case = format!("restartPolicy {policy}, app exit {app_exit}");
+            assert_eq!(a.pod_done, done, "{case}");
+            if done {
+                assert!(a.containers_to_start.is_empty(), "{case}: nothing starts");
+            } else {
+                assert_eq!(starts(&a), ["app"], "{case}: the app restarts");
+            }
+        }
+    }
+
+    #[test]
+    fn sidecars_stop_after_the_main_containers_in_reverse_order() {
+        let spec = sidecar_pod("Always", &[("sc-1", true), ("init", false), ("sc-2", true)], &["a", "b"]).spec;
+        let order = termination_order(spec.as_ref(), &["a", "b", "sc-1", "sc-2"]);
+        let waits = |n: &str| {
+            let mut w = order.get(n).cloned().unwrap_or_default();
+            w.sort();
+            w
+        };
+        assert!(waits("a").is_empty() && waits("b").is_empty(), "main containers stop at once");
+        assert_eq!(waits("sc-2"), ["a", "b"]);
+        assert_eq!(waits("sc-1"), ["a", "b", "sc-2"]);
+        // Only what still runs is waited for.
+        let order = termination_order(spec.as_ref(), &["sc-1", "b"]);
+        assert_eq!(order.get("sc-1").cloned().unwrap_or_default(), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn a_sidecar_pod_starts_in_order_and_stops_in_reverse_order() {
+        let mut h = Harness::new(sidecar_pod("Always", &[("sc-1", true), ("init", false), ("sc-2", true)], &["app"]));
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["CreateContainer sc-1", "StartContainer sc-1"]);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["CreateContainer init", "StartContainer init"], "sc-1 runs: next init");
+        h.fake.exit_container(&h.latest("init").0, 0);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["CreateContainer sc-2", "StartContainer sc-2"]);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["CreateContainer app", "StartContainer app"]);
+        let status = h.host.statuses.lock().last().cloned().unwrap_or_default();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        let ready = status.conditions.iter().flatten().find(|c| c.type_ == "Ready").map(|c| c.status.clone());
+        assert_eq!(ready.as_deref(), Some("True"), "sidecars and app ready: {status:?}");
+        let init_ready: Vec<(String, bool)> =
+            status.init_container_statuses.iter().flatten().map(|s| (s.name.clone(), s.ready)).collect();
+        assert_eq!(
+            init_ready,
+            [("sc-1".to_string(), true), ("init".to_string(), true), ("sc-2".to_string(), true)],
+            "initContainerStatuses"
+        );
+
+        // A crashed sidecar is restarted while the app keeps running.
+        h.fake.exit_container(&h.latest("sc-1").0, 1);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["CreateContainer sc-1", "StartContainer sc-1"]);
+        assert_eq!(h.latest("sc-1").1, 1, "restart count 1");
+
+        h.pod.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+        h.pod.metadata.deletion_grace_period_seconds = Some(30);
+        h.fake.clear_calls();
+        assert!(terminate(&h.m, &mut h.st, &h.pod, true).await);
+        let stops: Vec<String> = h.fake.calls().into_iter().filter(|c| c.starts_with("StopContainer")).collect();
+        assert_eq!(stops, ["StopContainer app", "StopContainer sc-2", "StopContainer sc-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_job_with_a_sidecar_succeeds_when_its_main_container_exits_and_the_sidecar_is_stopped() {
+        let mut h = Harness::new(sidecar_pod("Never", &[("proxy", true)], &["job"]));
+        h.sync().await;
+        h.sync().await;
+        assert_eq!(h.latest("job").2, api::ContainerState::ContainerRunning);
+        h.fake.exit_container(&h.latest("job").0, 0);
+        h.fake.clear_calls();
+        h.sync().await;
+        assert_eq!(h.container_calls(), ["StopContainer proxy"], "the sidecar is stopped, not restarted");
+        assert_eq!(h.host.phase().as_deref(), Some("Succeeded"));
+        h.sync().await;
+        assert_eq!(h.fake.container_ids("proxy").len(), 1, "the sidecar never ran again");
     }
 
     #[test]

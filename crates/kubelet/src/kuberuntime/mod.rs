@@ -241,6 +241,56 @@ pub fn container_resources(
     }
 }
 
+/// Where a container is declared in the pod spec, which decides how it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// `spec.containers`.
+    Regular,
+    /// `spec.initContainers` (sidecars included).
+    Init,
+    /// `spec.ephemeralContainers`: started once, never restarted; `target` is the runtime id of
+    /// the running container named by `targetContainerName`, whose process namespace it joins.
+    Ephemeral {
+        /// The target container's runtime id.
+        target: Option<String>,
+    },
+}
+
+impl ContainerKind {
+    /// The pod spec field of the container's list ("containers", "initContainers",
+    /// "ephemeralContainers"), as event field paths name it.
+    pub fn list(&self) -> &'static str {
+        match self {
+            ContainerKind::Regular => "containers",
+            ContainerKind::Init => "initContainers",
+            ContainerKind::Ephemeral { .. } => "ephemeralContainers",
+        }
+    }
+
+    /// The value of the [`ANNOTATION_CONTAINER_KIND`] annotation.
+    pub fn annotation(&self) -> &'static str {
+        match self {
+            ContainerKind::Regular => "regular",
+            ContainerKind::Init => "init",
+            ContainerKind::Ephemeral { .. } => "ephemeral",
+        }
+    }
+}
+
+/// The ephemeral containers of a pod as containers (`EphemeralContainerCommon` has the fields
+/// of `Container`), with their `targetContainerName`.
+pub fn ephemeral_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<(Container, Option<String>)> {
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|e| {
+            let json = serde_json::to_value(e).ok()?;
+            let c: Container = serde_json::from_value(json).ok()?;
+            Some((c, e.target_container_name.clone().filter(|t| !t.is_empty())))
+        })
+        .collect()
+}
+
 /// Everything resolved for one container start.
 #[derive(Debug, Clone)]
 pub struct ContainerStart<'a> {
@@ -248,8 +298,8 @@ pub struct ContainerStart<'a> {
     pub pod: &'a Pod,
     /// The container spec.
     pub container: &'a Container,
-    /// True for init containers.
-    pub init: bool,
+    /// Init, regular or ephemeral.
+    pub kind: ContainerKind,
     /// The restart count of the new container.
     pub attempt: u32,
     /// Image id from ImageStatus/PullImage.
@@ -262,7 +312,7 @@ pub struct ContainerStart<'a> {
 
 /// The container configuration (CreateContainer).
 pub fn container_config(start: &ContainerStart<'_>, cfg: &PodRuntimeConfig) -> api::ContainerConfig {
-    let ContainerStart { pod, container, init, attempt, .. } = start;
+    let ContainerStart { pod, container, kind, attempt, .. } = start;
     let vars: HashMap<String, String> = start.env.iter().cloned().collect();
     let expand_all =
         |v: &Option<Vec<String>>| v.iter().flatten().map(|s| crate::envvars::expand(s, &vars)).collect::<Vec<_>>();
@@ -277,7 +327,7 @@ pub fn container_config(start: &ContainerStart<'_>, cfg: &PodRuntimeConfig) -> a
         (ANNOTATION_CONTAINER_HASH.to_string(), container_hash(container)),
         (ANNOTATION_RESTART_COUNT.to_string(), attempt.to_string()),
         (ANNOTATION_TERMINATION_GRACE.to_string(), grace.to_string()),
-        (ANNOTATION_CONTAINER_KIND.to_string(), if *init { "init" } else { "regular" }.to_string()),
+        (ANNOTATION_CONTAINER_KIND.to_string(), kind.annotation().to_string()),
     ]);
     let sc = container.security_context.clone().unwrap_or_default();
     let psc = pod.spec.as_ref().and_then(|s| s.security_context.clone()).unwrap_or_default();
@@ -325,7 +375,15 @@ pub fn container_config(start: &ContainerStart<'_>, cfg: &PodRuntimeConfig) -> a
                     add_ambient_capabilities: Vec::new(),
                 }),
                 privileged,
-                namespace_options: Some(namespace_options(pod)),
+                namespace_options: Some(match kind {
+                    // A debugging container sees the processes of its target.
+                    ContainerKind::Ephemeral { target: Some(id) } => api::NamespaceOption {
+                        pid: api::NamespaceMode::Target as i32,
+                        target_id: id.clone(),
+                        ..namespace_options(pod)
+                    },
+                    _ => namespace_options(pod),
+                }),
                 run_as_user: sc.run_as_user.or(psc.run_as_user).map(|value| api::Int64Value { value }),
                 run_as_group: sc.run_as_group.or(psc.run_as_group).map(|value| api::Int64Value { value }),
                 readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
@@ -629,7 +687,7 @@ mod tests {
         let start = ContainerStart {
             pod: &p,
             container: &c,
-            init: false,
+            kind: ContainerKind::Regular,
             attempt: 3,
             image_ref: "sha256:abc".into(),
             env: vec![("GREETING".into(), "hi".into())],

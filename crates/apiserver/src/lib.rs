@@ -35,6 +35,7 @@ pub mod controlplane;
 pub mod endpoints;
 pub mod filters;
 pub mod metrics;
+pub mod metricsserver;
 pub mod pki;
 pub mod registry;
 pub mod resources;
@@ -98,6 +99,9 @@ pub struct AppState {
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// Handlers of virtual resources and subresources by (group, resource, subresource).
     pub virtuals: HashMap<(String, String, String), Arc<dyn registry::virtual_resources::VirtualHandler>>,
+    /// The in-process metrics-server serving `metrics.k8s.io` ([`metricsserver`]), when
+    /// [`Config::metric_resolution`] is set.
+    pub metrics_server: Option<Arc<metricsserver::MetricsServer>>,
 }
 
 impl AppState {
@@ -176,6 +180,10 @@ pub struct Config {
     /// `kube-system/kube-dns` Service and its endpoints ([`controlplane::kubedns`]). `None`: no
     /// `kube-dns` Service.
     pub cluster_dns: Option<controlplane::kubedns::ClusterDns>,
+    /// Serve `metrics.k8s.io/v1beta1` from kubelets scraped at this interval
+    /// ([`metricsserver`]; `skiff server --metric-resolution`). `None`: the group is not served,
+    /// as in a cluster without metrics-server.
+    pub metric_resolution: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -199,6 +207,7 @@ impl Config {
             advertise_address: None,
             token: None,
             cluster_dns: None,
+            metric_resolution: None,
         }
     }
 }
@@ -312,6 +321,12 @@ impl ApiServer {
             let key = (v.def.group.to_string(), v.def.resource.to_string(), v.subresource.unwrap_or("").to_string());
             virtuals.insert(key, v.handler.clone());
         }
+        let metrics_server = config.metric_resolution.map(|r| Arc::new(metricsserver::MetricsServer::new(r)));
+        if metrics_server.is_some() {
+            for def in metricsserver::resource_defs() {
+                registry.add(def);
+            }
+        }
         let mut caches = HashMap::new();
         let mut cache_tasks = Vec::new();
         for def in registry.all() {
@@ -343,6 +358,7 @@ impl ApiServer {
                 &pki.kubelet_client.key_pem,
             )?),
             virtuals,
+            metrics_server: metrics_server.clone(),
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
@@ -362,6 +378,9 @@ impl ApiServer {
         let kubernetes_service =
             tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, system_services, shutdown_rx.clone()));
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
+        if let Some(ms) = metrics_server {
+            cache_tasks.push(tokio::spawn(metricsserver::scraper::run(state.clone(), ms)));
+        }
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);
         }

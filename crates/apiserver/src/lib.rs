@@ -36,6 +36,7 @@ pub mod controlplane;
 pub mod endpoints;
 pub mod filters;
 pub mod metrics;
+pub mod metricsserver;
 pub mod pki;
 pub mod registry;
 pub mod resources;
@@ -101,6 +102,9 @@ pub struct AppState {
     pub virtuals: HashMap<(String, String, String), Arc<dyn registry::virtual_resources::VirtualHandler>>,
     /// The audit log (`--audit-policy-file`), if any.
     pub audit: Option<Arc<audit::Auditor>>,
+    /// The in-process metrics-server serving `metrics.k8s.io` ([`metricsserver`]), when
+    /// [`Config::metric_resolution`] is set.
+    pub metrics_server: Option<Arc<metricsserver::MetricsServer>>,
 }
 
 impl AppState {
@@ -181,6 +185,10 @@ pub struct Config {
     pub cluster_dns: Option<controlplane::kubedns::ClusterDns>,
     /// `--audit-policy-file` and `--audit-log-*`: the audit log ([`audit`]); `None`: no auditing.
     pub audit: Option<audit::AuditOptions>,
+    /// Serve `metrics.k8s.io/v1beta1` from kubelets scraped at this interval
+    /// ([`metricsserver`]; `skiff server --metric-resolution`). `None`: the group is not served,
+    /// as in a cluster without metrics-server.
+    pub metric_resolution: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -205,6 +213,7 @@ impl Config {
             token: None,
             cluster_dns: None,
             audit: None,
+            metric_resolution: None,
         }
     }
 }
@@ -318,6 +327,12 @@ impl ApiServer {
             let key = (v.def.group.to_string(), v.def.resource.to_string(), v.subresource.unwrap_or("").to_string());
             virtuals.insert(key, v.handler.clone());
         }
+        let metrics_server = config.metric_resolution.map(|r| Arc::new(metricsserver::MetricsServer::new(r)));
+        if metrics_server.is_some() {
+            for def in metricsserver::resource_defs() {
+                registry.add(def);
+            }
+        }
         let mut caches = HashMap::new();
         let mut cache_tasks = Vec::new();
         for def in registry.all() {
@@ -351,6 +366,7 @@ impl ApiServer {
             )?),
             virtuals,
             audit,
+            metrics_server: metrics_server.clone(),
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
@@ -370,6 +386,9 @@ impl ApiServer {
         let kubernetes_service =
             tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, system_services, shutdown_rx.clone()));
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
+        if let Some(ms) = metrics_server {
+            cache_tasks.push(tokio::spawn(metricsserver::scraper::run(state.clone(), ms)));
+        }
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);
         }

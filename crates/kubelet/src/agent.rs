@@ -306,6 +306,13 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
             client_ca_pem: cfg.kubelet_client_ca_pem.clone(),
             serving: None,
             sans: vec![node_name.clone(), node_ip.to_string(), machine.hostname.clone()],
+            // With client certificates, stats and metrics are authorized as the kubelet's
+            // Webhook mode does; on loopback without them, as before.
+            authorizer: cfg
+                .kubelet_client_ca_pem
+                .is_some()
+                .then(|| Arc::new(client.clone()) as Arc<dyn crate::server::authz::NodeAuthorizer>),
+            node_name: node_name.clone(),
         };
         let workers = workers.clone();
         let enabled = cfg.kubelet_port != 0;

@@ -185,6 +185,18 @@ pub trait RuntimeService: Send + Sync + 'static {
     /// `PortForward`: prepares port forwarding into a sandbox's network namespace; returns the
     /// streaming URL.
     async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError>;
+
+    /// `ListContainerStats`: CPU and memory of every container (the runtime reads its cgroups).
+    /// Runtimes without it answer `Unimplemented` (the default here).
+    async fn list_container_stats(&self) -> Result<Vec<api::ContainerStats>, CriError> {
+        Err(CriError::Status { op: "ListContainerStats", code: tonic::Code::Unimplemented, message: String::new() })
+    }
+
+    /// `ListPodSandboxStats`: CPU, memory and process count of every pod sandbox (containerd
+    /// 1.7+ on Linux). Runtimes without it answer `Unimplemented` (the default here).
+    async fn list_pod_sandbox_stats(&self) -> Result<Vec<api::PodSandboxStats>, CriError> {
+        Err(CriError::Status { op: "ListPodSandboxStats", code: tonic::Code::Unimplemented, message: String::new() })
+    }
 }
 
 /// The CRI's `ImageService` (`ImageManagerService` in cri-api): local image status and pulls.
@@ -305,6 +317,17 @@ impl RuntimeService for CriClient {
     async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String, CriError> {
         let req = api::PortForwardRequest { pod_sandbox_id: sandbox_id.to_string(), port: ports };
         Ok(call!(self.runtime.clone(), port_forward, "PortForward", req, DEFAULT_TIMEOUT)?.url)
+    }
+
+    async fn list_container_stats(&self) -> Result<Vec<api::ContainerStats>, CriError> {
+        let req = api::ListContainerStatsRequest { filter: None };
+        Ok(call!(self.runtime.clone(), list_container_stats, "ListContainerStats", req, Duration::from_secs(30))?.stats)
+    }
+
+    async fn list_pod_sandbox_stats(&self) -> Result<Vec<api::PodSandboxStats>, CriError> {
+        let req = api::ListPodSandboxStatsRequest { filter: None };
+        Ok(call!(self.runtime.clone(), list_pod_sandbox_stats, "ListPodSandboxStats", req, Duration::from_secs(30))?
+            .stats)
     }
 }
 

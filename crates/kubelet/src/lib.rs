@@ -30,6 +30,7 @@ pub mod qos;
 pub mod sandbox_image;
 pub mod server;
 pub mod simulated;
+pub mod stats;
 pub mod status;
 pub mod volumes;
 

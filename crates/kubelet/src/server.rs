@@ -17,6 +17,8 @@
 //!   same for CRI `Attach`;
 //! - `GET|POST /portForward/{namespace}/{pod}` — CRI `PortForward`, SPDY only (a WebSocket
 //!   request gets 400, on which kubectl falls back to SPDY).
+//! - `GET /stats/summary` — the Summary API (`stats/v1alpha1`) of the node and its pods;
+//! - `GET /metrics/resource` — the resource metrics metrics-server scrapes ([`crate::stats`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -40,10 +42,11 @@ use crate::cri::api;
 use crate::logs::{self, LogOptions};
 use crate::pod_workers::PodWorkers;
 
+pub mod authz;
 pub mod spdy;
 
 /// Settings of the kubelet endpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KubeletServerConfig {
     /// Listen address (`0.0.0.0:10250`).
     pub bind: SocketAddr,
@@ -55,6 +58,24 @@ pub struct KubeletServerConfig {
     pub serving: Option<(String, String)>,
     /// Subject alternative names of a generated serving certificate (node name, node IP).
     pub sans: Vec<String>,
+    /// Who may read `/stats/*` and `/metrics/*` ([`authz`]: `nodes/stats`, `nodes/metrics`
+    /// of `node_name`, asked with SubjectAccessReviews); `None`: every caller with a valid
+    /// certificate.
+    pub authorizer: Option<Arc<dyn authz::NodeAuthorizer>>,
+    /// This node's name (the object the authorizer is asked about).
+    pub node_name: String,
+}
+
+impl std::fmt::Debug for KubeletServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeletServerConfig")
+            .field("bind", &self.bind)
+            .field("client_ca", &self.client_ca_pem.is_some())
+            .field("sans", &self.sans)
+            .field("authorizer", &self.authorizer.is_some())
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The routes, without TLS (for embedding and tests).
@@ -66,6 +87,8 @@ pub fn router(workers: PodWorkers) -> axum::Router {
         .route("/exec/{namespace}/{pod}/{container}", get(exec).post(exec))
         .route("/attach/{namespace}/{pod}/{container}", get(attach).post(attach))
         .route("/portForward/{namespace}/{pod}", get(port_forward).post(port_forward))
+        .route("/stats/summary", get(stats_summary))
+        .route("/metrics/resource", get(metrics_resource))
         .with_state(Arc::new(workers))
 }
 
@@ -116,7 +139,11 @@ pub async fn serve(cfg: KubeletServerConfig, workers: PodWorkers) -> Result<(), 
     let listener =
         tokio::net::TcpListener::bind(cfg.bind).await.map_err(|e| Error::io(format!("binding {}", cfg.bind), e))?;
     tracing::info!(addr = %cfg.bind, "kubelet endpoint listening");
-    let app = router(workers);
+    let mut app = router(workers);
+    if let Some(authorizer) = &cfg.authorizer {
+        let state = authz::Authz::new(authorizer.clone(), cfg.node_name.clone());
+        app = app.layer(axum::middleware::from_fn_with_state(state, authz::authorize));
+    }
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -136,6 +163,16 @@ pub async fn serve(cfg: KubeletServerConfig, workers: PodWorkers) -> Result<(), 
                     return;
                 }
             };
+            let caller = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| authz::Caller::from_certificate(c));
+            let app = match caller {
+                Some(caller) => app.layer(axum::Extension(caller)),
+                None => app,
+            };
             let svc = hyper_util::service::TowerToHyperService::new(app);
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await {
@@ -143,6 +180,27 @@ pub async fn serve(cfg: KubeletServerConfig, workers: PodWorkers) -> Result<(), 
             }
         });
     }
+}
+
+/// Collects the node's usage now ([`crate::stats::collect`]).
+async fn collect_stats(workers: &PodWorkers) -> crate::stats::Collected {
+    let cfg = workers.config();
+    let layout = crate::stats::CgroupLayout::detect(&cfg.cgroup_root);
+    crate::stats::collect(workers.runtime(), layout, cfg.node_name.clone()).await
+}
+
+async fn stats_summary(State(workers): State<Arc<PodWorkers>>) -> Response {
+    let collected = collect_stats(&workers).await;
+    match serde_json::to_vec(&collected.summary) {
+        Ok(body) => ([("Content-Type", "application/json")], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn metrics_resource(State(workers): State<Arc<PodWorkers>>) -> Response {
+    let collected = collect_stats(&workers).await;
+    let text = crate::stats::resource_metrics::render(&collected.summary, collected.errors);
+    ([("Content-Type", "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 fn error(code: StatusCode, message: String) -> Response {

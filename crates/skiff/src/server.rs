@@ -43,6 +43,11 @@ pub struct ServerArgs {
     /// Register N simulated nodes (no containers) for scheduling experiments.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: u32,
+    /// How often the in-process metrics-server scrapes every node's resource metrics for
+    /// `metrics.k8s.io` (`kubectl top`, HorizontalPodAutoscalers); metrics-server's flag, 15 s
+    /// by default. `0` does not serve `metrics.k8s.io`.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub metric_resolution: Duration,
     /// Extra subject alternative names (host names or IPs) for the serving certificate.
     #[arg(long = "tls-san")]
     pub tls_san: Vec<String>,
@@ -361,6 +366,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             buffer: args.audit_log_batch_buffer_size,
         },
     });
+    config.metric_resolution = (!args.metric_resolution.is_zero()).then_some(args.metric_resolution);
     config.max_requests_inflight = args.max_requests_inflight;
     config.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     let api = ApiServer::start(config, store).await?;

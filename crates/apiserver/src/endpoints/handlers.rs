@@ -38,6 +38,9 @@ pub async fn dispatch(
     }
     let out = negotiate(&parts.headers, q)?;
     let sub = info.subresource.as_str();
+    if def.group == crate::metricsserver::GROUP {
+        return crate::metricsserver::api::serve(state, info, q, out);
+    }
     let virtual_key = (def.group.to_string(), def.resource.to_string(), sub.to_string());
     if let Some(handler) = state.virtuals.get(&virtual_key) {
         if info.verb != "create" {

@@ -370,6 +370,14 @@ pub fn bootstrap_policy() -> BootstrapPolicy {
                 policy_rule(&["create"], &["authentication.k8s.io"], &["selfsubjectreviews"]),
             ],
         ),
+        // metrics-server's manifest ships this role; skiff serves metrics.k8s.io itself, so it
+        // is bootstrap policy here: reading NodeMetrics and PodMetrics, aggregated into admin,
+        // edit and view.
+        role(
+            "system:aggregated-metrics-reader",
+            &[(AGGREGATE_TO_ADMIN, "true"), (AGGREGATE_TO_EDIT, "true"), (AGGREGATE_TO_VIEW, "true")],
+            vec![policy_rule(READ, &["metrics.k8s.io"], &["pods", "nodes"])],
+        ),
         role("system:discovery", &[], vec![non_resource_rule(&["get"], &discovery_urls)]),
         role("system:public-info-viewer", &[], vec![non_resource_rule(&["get"], &public_urls)]),
         role(

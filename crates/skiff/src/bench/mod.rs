@@ -8,6 +8,7 @@ mod deployment;
 mod dns;
 mod empty_handler;
 mod harness;
+mod hpa;
 mod jobs;
 mod podstartup;
 mod proxy;
@@ -44,6 +45,9 @@ pub enum BenchCommand {
     /// The Job controller: 10,000 one-pod Jobs on 100 simulated nodes from create to
     /// Complete, Jobs/s against the 100/s target and API writes per Job.
     Jobs(jobs::JobsArgs),
+    /// The horizontal pod autoscaler: server CPU per HPA sync with 1,000 HPAs on one-replica
+    /// Deployments on simulated nodes, next to the same cluster without HPAs.
+    Hpa(hpa::HpaArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -69,6 +73,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Deployment(args) => deployment::run(args).await,
         BenchCommand::Daemonset(args) => daemonset::run(args).await,
         BenchCommand::Jobs(args) => jobs::run(args).await,
+        BenchCommand::Hpa(args) => hpa::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

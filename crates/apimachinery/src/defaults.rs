@@ -90,9 +90,45 @@ pub fn apply_defaults(api_version: &str, kind: &str, obj: &mut Value) {
                 set_str(m, "preemptionPolicy", "PreemptLowerPriority");
             }
         }
+        ("autoscaling", "HorizontalPodAutoscaler") => default_hpa(api_version, obj),
         _ => {}
     }
     mirror_deprecated_aliases(api_version, kind, obj);
+}
+
+/// `SetDefaults_HorizontalPodAutoscaler` of autoscaling/v2 (Kubernetes 1.33): `minReplicas` 1,
+/// a CPU utilization target of 80 % when no metric is named, and, when `behavior` is set, each
+/// direction's rules filled from the defaults (scale up: no stabilization, max of 4 pods or
+/// 100 % per 15 s; scale down: 100 % per 15 s, its window left unset for the controller's
+/// `--horizontal-pod-autoscaler-downscale-stabilization`). autoscaling/v1 defaults only
+/// `minReplicas` (its implied CPU target is added by conversion).
+fn default_hpa(api_version: &str, obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    set(spec, "minReplicas", json!(1));
+    if api_version != "autoscaling/v2" {
+        return;
+    }
+    if spec.get("metrics").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+        spec.insert(
+            "metrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": crate::autoscaling::DEFAULT_CPU_UTILIZATION}}}]),
+        );
+    }
+    let Some(behavior) = spec.get_mut("behavior").and_then(Value::as_object_mut) else { return };
+    let up = json!({"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
+        {"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}]});
+    let down = json!({"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]});
+    for (key, defaults) in [("scaleUp", up), ("scaleDown", down)] {
+        let rules = behavior.entry(key).or_insert(json!({}));
+        if !rules.is_object() {
+            *rules = json!({});
+        }
+        let Some(rules) = rules.as_object_mut() else { continue };
+        for (k, v) in defaults.as_object().into_iter().flatten() {
+            set(rules, k, v.clone());
+        }
+    }
 }
 
 /// The pod specs of an object of `(group, kind)`: a Pod's own, or its workload template's.

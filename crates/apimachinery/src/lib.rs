@@ -10,12 +10,14 @@
 //! - [`defaults`]: per-type defaulting.
 //! - [`table`]: server-side printing (Table columns and cells).
 //! - [`quantity`]: `resource.Quantity` parsing, arithmetic and canonical printing.
+//! - [`autoscaling`]: HorizontalPodAutoscaler conversion between autoscaling/v1 and v2.
 //! - [`cron`]: CronJob schedules and time zones, as Kubernetes parses and steps them.
 //! - [`scheduling`]: node affinity and taint toleration matching (component-helpers).
 //!
 //! Everything works on raw `serde_json::Value` objects, so unknown fields survive. This crate
 //! knows nothing about HTTP or the store.
 
+pub mod autoscaling;
 pub mod cron;
 pub mod defaults;
 pub mod fields;

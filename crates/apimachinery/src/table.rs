@@ -8,7 +8,8 @@
 //!
 //! Kinds with their own columns: Pod, Node, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job,
 //! Service, Endpoints, Namespace, Event (core/v1 and events.k8s.io/v1), ConfigMap, Secret,
-//! ServiceAccount, Lease, Role, ClusterRole, RoleBinding, ClusterRoleBinding, StorageClass. Other built-in kinds
+//! ServiceAccount, Lease, Role, ClusterRole, RoleBinding, ClusterRoleBinding, StorageClass,
+//! HorizontalPodAutoscaler (autoscaling/v1 rows through conversion to v2). Other built-in kinds
 //! (CustomResourceDefinition included) get Kubernetes' default table (`Name`, `Created At`);
 //! custom resources get `Name`, `Age` (the default printer columns of a CRD).
 
@@ -177,6 +178,45 @@ pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
                 "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
                 1,
             ),
+        ],
+        ("autoscaling", "HorizontalPodAutoscaler") => vec![
+            name_col(),
+            col(
+                "Reference",
+                "string",
+                "",
+                "scaleTargetRef points to the target resource to scale, and is used to the pods for which metrics should be collected, as well as to actually change the replica count.",
+                0,
+            ),
+            col(
+                "Targets",
+                "string",
+                "",
+                "metrics contains the specifications for which to use to calculate the desired replica count (the maximum replica count across all metrics will be used).",
+                0,
+            ),
+            col(
+                "MinPods",
+                "string",
+                "",
+                "minReplicas is the lower limit for the number of replicas to which the autoscaler can scale down.",
+                0,
+            ),
+            col(
+                "MaxPods",
+                "integer",
+                "",
+                "maxReplicas is the upper limit for the number of replicas to which the autoscaler can scale up. It cannot be less that minReplicas.",
+                0,
+            ),
+            col(
+                "Replicas",
+                "integer",
+                "",
+                "currentReplicas is current number of replicas of pods managed by this autoscaler, as last seen by the autoscaler.",
+                0,
+            ),
+            age_col(),
         ],
         ("apps", "Deployment") => vec![
             name_col(),
@@ -684,6 +724,78 @@ fn list<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
     v.pointer(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
+/// A quantity as `resource.Quantity.String()` prints it (the text as is when it does not parse).
+fn quantity_string(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "0".to_string(),
+        Some(q) => crate::quantity::Quantity::from_json(q)
+            .map(|q| q.to_string())
+            .unwrap_or_else(|| q.as_str().map_or_else(|| q.to_string(), str::to_string)),
+    }
+}
+
+/// `formatHPAMetrics`: each metric as `current/target` (`cpu: 40%/50%`, `<unknown>` before the
+/// controller measured it), the first two shown and the rest counted.
+fn hpa_targets(specs: &[Value], statuses: &[Value]) -> String {
+    if specs.is_empty() {
+        return "<none>".to_string();
+    }
+    let status = |i: usize, field: &str| statuses.get(i).and_then(|st| st.get(field)).filter(|v| !v.is_null());
+    let q = |v: &Value, p: &str| quantity_string(v.pointer(p));
+    let mut list: Vec<String> = Vec::new();
+    for (idx, spec) in specs.iter().enumerate() {
+        let ty = s(spec, "/type");
+        let entry = match ty {
+            "External" | "Object" => {
+                let field = if ty == "External" { "external" } else { "object" };
+                let src = &spec[field];
+                if src.pointer("/target/averageValue").is_some_and(|v| !v.is_null()) {
+                    let current = status(idx, field)
+                        .and_then(|st| st.pointer("/current/averageValue"))
+                        .filter(|v| !v.is_null())
+                        .map_or("<unknown>".to_string(), |v| quantity_string(Some(v)));
+                    format!("{current}/{} (avg)", q(src, "/target/averageValue"))
+                } else {
+                    let current = status(idx, field).map_or("<unknown>".to_string(), |st| q(st, "/current/value"));
+                    format!("{current}/{}", q(src, "/target/value"))
+                }
+            }
+            "Pods" => {
+                let current = status(idx, "pods").map_or("<unknown>".to_string(), |st| q(st, "/current/averageValue"));
+                format!("{current}/{}", q(&spec["pods"], "/target/averageValue"))
+            }
+            "Resource" | "ContainerResource" => {
+                let field = if ty == "Resource" { "resource" } else { "containerResource" };
+                let src = &spec[field];
+                let name = s(src, "/name");
+                if src.pointer("/target/averageValue").is_some_and(|v| !v.is_null()) {
+                    let current =
+                        status(idx, field).map_or("<unknown>".to_string(), |st| q(st, "/current/averageValue"));
+                    format!("{name}: {current}/{}", q(src, "/target/averageValue"))
+                } else {
+                    let current = status(idx, field)
+                        .and_then(|st| st.pointer("/current/averageUtilization"))
+                        .and_then(Value::as_i64)
+                        .map_or("<unknown>".to_string(), |u| format!("{u}%"));
+                    let target = src
+                        .pointer("/target/averageUtilization")
+                        .and_then(Value::as_i64)
+                        .map_or("<auto>".to_string(), |u| format!("{u}%"));
+                    format!("{name}: {current}/{target}")
+                }
+            }
+            _ => "<unknown type>".to_string(),
+        };
+        list.push(entry);
+    }
+    let count = list.len();
+    if count > 2 {
+        list.truncate(2);
+        return format!("{} + {} more...", list.join(", "), count - 2);
+    }
+    list.join(", ")
+}
+
 fn or_none(s: &str) -> String {
     if s.is_empty() { "<none>".to_string() } else { s.to_string() }
 }
@@ -697,6 +809,28 @@ pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: SystemTime) ->
     match (group, kind) {
         ("", "Pod") => pod_cells(obj, now),
         ("", "Node") => node_cells(obj, now),
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            let converted;
+            let obj = if api_version == "autoscaling/v1" {
+                converted = crate::autoscaling::hpa_v1_to_v2(obj);
+                &converted
+            } else {
+                obj
+            };
+            let min = match obj.pointer("/spec/minReplicas").and_then(Value::as_i64) {
+                Some(m) => m.to_string(),
+                None => "<unset>".to_string(),
+            };
+            vec![
+                name,
+                json!(format!("{}/{}", s(obj, "/spec/scaleTargetRef/kind"), s(obj, "/spec/scaleTargetRef/name"))),
+                json!(hpa_targets(list(obj, "/spec/metrics"), list(obj, "/status/currentMetrics"))),
+                json!(min),
+                json!(i(obj, "/spec/maxReplicas")),
+                json!(i(obj, "/status/currentReplicas")),
+                age(),
+            ]
+        }
         ("apps", "Deployment") => {
             let (containers, images) = containers_and_images(obj, "/spec/template/spec/containers");
             vec![
@@ -1799,6 +1933,50 @@ mod tests {
                 "subjects": [{"kind": "User", "name": "alice"}, {"kind": "ServiceAccount", "name": "default", "namespace": "dev"}]}),
             json!(["b", "Role/reader", "5s", "alice", "", "dev/default"]),
         );
+    }
+
+    #[test]
+    fn an_hpa_shows_its_reference_and_current_over_target_metrics() {
+        let spec = json!({"scaleTargetRef": {"kind": "Deployment", "name": "web"}, "minReplicas": 1, "maxReplicas": 5,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]});
+        check(
+            "autoscaling/v2",
+            "HorizontalPodAutoscaler",
+            json!({"metadata": {"name": "web", "creationTimestamp": ago(5)}, "spec": spec}),
+            json!(["web", "Deployment/web", "cpu: <unknown>/50%", "1", 5, 0, "5s"]),
+        );
+        check(
+            "autoscaling/v2",
+            "HorizontalPodAutoscaler",
+            json!({"metadata": {"name": "web", "creationTimestamp": ago(5)}, "spec": spec, "status": {"currentReplicas": 2,
+                "currentMetrics": [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 40, "averageValue": "40m"}}}]}}),
+            json!(["web", "Deployment/web", "cpu: 40%/50%", "1", 5, 2, "5s"]),
+        );
+        // v1 objects print the same row, through conversion.
+        check(
+            "autoscaling/v1",
+            "HorizontalPodAutoscaler",
+            json!({"metadata": {"name": "web", "creationTimestamp": ago(5)}, "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "web"},
+                "maxReplicas": 3, "targetCPUUtilizationPercentage": 50}, "status": {"currentReplicas": 1, "desiredReplicas": 1, "currentCPUUtilizationPercentage": 7}}),
+            json!(["web", "Deployment/web", "cpu: 7%/50%", "<unset>", 3, 1, "5s"]),
+        );
+        let names: Vec<Value> =
+            column_definitions("autoscaling/v2", "HorizontalPodAutoscaler").iter().map(|c| c["name"].clone()).collect();
+        assert_eq!(
+            names,
+            json!(["Name", "Reference", "Targets", "MinPods", "MaxPods", "Replicas", "Age"])
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+    }
+
+    #[test]
+    fn hpa_targets_beyond_two_are_counted() {
+        let m = |name: &str, v: &str| json!({"type": "Resource", "resource": {"name": name, "target": {"type": "AverageValue", "averageValue": v}}});
+        let specs = [m("cpu", "500m"), m("memory", "100Mi"), m("ephemeral-storage", "1Gi")];
+        assert_eq!(hpa_targets(&specs, &[]), "cpu: <unknown>/500m, memory: <unknown>/100Mi + 1 more...");
+        assert_eq!(hpa_targets(&[], &[]), "<none>");
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
 mod containers;
+pub mod autoscaling;
 pub mod cronjob;
 pub mod daemonset;
 pub mod job;
@@ -303,6 +304,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(&mut e, obj, old),
         ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
         ("batch", "CronJob") => cronjob::validate_cron_job(&mut e, obj, old),
+        ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::validate_hpa(&mut e, obj, old),
         _ => {}
     }
     e.0

@@ -252,6 +252,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const PV_SUBS: &[Subresource] = &[status("PersistentVolume")];
     const VA_SUBS: &[Subresource] = &[status("VolumeAttachment")];
     const ING_SUBS: &[Subresource] = &[status("Ingress")];
+    const HPA_SUBS: &[Subresource] = &[status("HorizontalPodAutoscaler")];
     const SA_SUBS: &[Subresource] = &[Subresource {
         name: "token",
         group: "authentication.k8s.io",
@@ -373,6 +374,20 @@ pub fn builtin() -> Vec<ResourceDef> {
             subresources: CJ_SUBS,
             generation: true,
             ..def("batch", "cronjobs", "cronjob", "CronJob")
+        },
+        // autoscaling/v2 is stored; v1 is converted ([`crate::registry::convert`]).
+        ResourceDef {
+            short_names: &["hpa"],
+            categories: &["all"],
+            subresources: HPA_SUBS,
+            version: "v2",
+            ..def("autoscaling", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler")
+        },
+        ResourceDef {
+            short_names: &["hpa"],
+            categories: &["all"],
+            subresources: HPA_SUBS,
+            ..def("autoscaling", "horizontalpodautoscalers", "horizontalpodautoscaler", "HorizontalPodAutoscaler")
         },
         ResourceDef {
             short_names: &["pdb"],

@@ -8,7 +8,7 @@
 //! The runtime they share (informers, workqueues, the controller loop, leader election, the
 //! event recorder, the API client) is `skiff-runtime`.
 //!
-//! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`statefulset`] (on [`history`]), [`daemon`], [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
+//! Controllers: [`deployment`], [`replicaset`], [`replication`], [`disruption`], [`podgc`], [`podautoscaler`], [`statefulset`] (on [`history`]), [`daemon`], [`job`], [`cronjob`], [`ttlafterfinished`], [`garbagecollector`], [`namespace`],
 //! [`serviceaccount`], [`resourcequota`], [`rootcacertpublisher`], [`clusterroleaggregation`],
 //! [`endpointslice`], [`endpoint`], [`endpointslicemirroring`], [`servicelb`], [`volume`] and event TTL
 //! cleanup, wired together by [`run_controller_manager`]; and
@@ -36,6 +36,7 @@ pub mod manager;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
 pub mod replication;

@@ -73,6 +73,9 @@ pub struct ControllerManagerConfig {
     pub concurrent_service_endpoint_syncs: usize,
     /// `--mirroring-concurrent-service-endpoint-syncs` (5).
     pub mirroring_concurrent_service_endpoint_syncs: usize,
+    /// The horizontal pod autoscaler's `--horizontal-pod-autoscaler-*` settings (sync period
+    /// 15 s, downscale stabilization 5 min, tolerance 0.1).
+    pub hpa: crate::podautoscaler::HpaConfig,
     /// `--terminated-pod-gc-threshold` (12500): terminated pods kept before the oldest are
     /// deleted; 0 or less keeps them all.
     pub terminated_pod_gc_threshold: i32,
@@ -89,7 +92,7 @@ pub struct ControllerManagerConfig {
     /// Leader election (`None`: run unconditionally, e.g. a single server).
     pub leader_election: Option<LeaderElectionConfig>,
     /// Controllers not to run, by name (kube-controller-manager's `--controllers` names):
-    /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `podgc`, `statefulset`, `daemonset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
+    /// `deployment`, `replicaset`, `replicationcontroller`, `disruption`, `horizontalpodautoscaling`, `podgc`, `statefulset`, `daemonset`, `job`, `cronjob`, `ttl-after-finished`, `garbagecollector`, `namespace`, `serviceaccount`,
     /// `resourcequota`, `root-ca-cert-publisher`, `clusterrole-aggregation`, `endpointslice`,
     /// `endpoint`, `endpointslicemirroring`, `servicelb`, `persistentvolume-binder`, `pvc-protection`,
     /// `pv-protection`, `eventttl`.
@@ -113,6 +116,7 @@ impl Default for ControllerManagerConfig {
             root_ca_pem: None,
             concurrent_service_endpoint_syncs: 5,
             mirroring_concurrent_service_endpoint_syncs: 5,
+            hpa: crate::podautoscaler::HpaConfig::default(),
             terminated_pod_gc_threshold: crate::podgc::DEFAULT_TERMINATED_POD_GC_THRESHOLD,
             resync_period: Duration::from_secs(5 * 60),
             gc_discovery_period: Duration::from_secs(30),
@@ -276,6 +280,20 @@ async fn run_controllers(
         let q = queue("stale-pod-disruption");
         let c = crate::disruption::stale::StalePodDisruptionCleaner::new(api.clone(), &factory, q.clone());
         pending.push(("stale-pod-disruption", q, c, 1, None));
+    }
+    if config.enabled("horizontalpodautoscaling") {
+        let q = queue("horizontalpodautoscaling");
+        let c = crate::podautoscaler::HorizontalController::new(
+            api.clone(),
+            &factory,
+            q.clone(),
+            broadcaster.new_recorder(EventSource::component("horizontal-pod-autoscaler")),
+            Arc::new(crate::podautoscaler::scale::ApiScaleClient::new(api.clone())),
+            Arc::new(crate::podautoscaler::metrics::RestMetricsClient::new(api.clone())),
+            config.hpa,
+        );
+        // `--concurrent-horizontal-pod-autoscaler-syncs` (5).
+        pending.push(("horizontalpodautoscaling", q, c, 5, None));
     }
     let mut podgc = None;
     if config.enabled("podgc") {

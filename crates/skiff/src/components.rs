@@ -49,6 +49,11 @@ async fn controller_manager(ctx: ComponentContext) -> anyhow::Result<()> {
     let config = skiff_controllers::ControllerManagerConfig {
         root_ca_pem: Some(ctx.ca_pem.clone()),
         terminated_pod_gc_threshold: ctx.args.terminated_pod_gc_threshold,
+        hpa: skiff_controllers::podautoscaler::HpaConfig {
+            sync_period: ctx.args.horizontal_pod_autoscaler_sync_period,
+            downscale_stabilization: ctx.args.horizontal_pod_autoscaler_downscale_stabilization,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let manager =

@@ -68,6 +68,14 @@ pub struct ServerArgs {
     /// nodes' 10 s lease renew interval.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
     pub node_monitor_grace_period: Duration,
+    /// How often the horizontal pod autoscaler syncs each HPA (kube-controller-manager's
+    /// flag), e.g. `15s`.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_sync_period: Duration,
+    /// The scale-down stabilization window of HPAs that set none in `spec.behavior`
+    /// (kube-controller-manager's flag), e.g. `5m`.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub horizontal_pod_autoscaler_downscale_stabilization: Duration,
     /// Terminated pods (Succeeded or Failed) kept before pod GC deletes the oldest
     /// (kube-controller-manager's flag); 0 or less keeps them all.
     #[arg(long, default_value_t = skiff_controllers::podgc::DEFAULT_TERMINATED_POD_GC_THRESHOLD, allow_negative_numbers = true)]

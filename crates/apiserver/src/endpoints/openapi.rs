@@ -122,8 +122,8 @@ fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> (String, Value) {
 /// refers to) into `g`.
 fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option<(String, Value)> {
     use k8s_openapi::api::{
-        admissionregistration, apps, batch, coordination, core, discovery, events, networking, policy, rbac,
-        scheduling, storage,
+        admissionregistration, apps, autoscaling, batch, coordination, core, discovery, events, networking, policy,
+        rbac, scheduling, storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     Some(match (api_version, kind) {
@@ -151,6 +151,8 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("batch/v1", "Job") => add::<batch::v1::Job>(g),
         ("batch/v1", "CronJob") => add::<batch::v1::CronJob>(g),
         ("policy/v1", "PodDisruptionBudget") => add::<policy::v1::PodDisruptionBudget>(g),
+        ("autoscaling/v2", "HorizontalPodAutoscaler") => add::<autoscaling::v2::HorizontalPodAutoscaler>(g),
+        ("autoscaling/v1", "HorizontalPodAutoscaler") => add::<autoscaling::v1::HorizontalPodAutoscaler>(g),
         ("scheduling.k8s.io/v1", "PriorityClass") => add::<scheduling::v1::PriorityClass>(g),
         ("storage.k8s.io/v1", "StorageClass") => add::<storage::v1::StorageClass>(g),
         ("storage.k8s.io/v1", "CSIDriver") => add::<storage::v1::CSIDriver>(g),

@@ -1,9 +1,12 @@
 //! Conversion between the stored (internal) form and a resource's API version.
 //!
 //! Custom resources are stored in their CRD's storage version and served in every version with
-//! only `apiVersion` rewritten ([`crate::registry::crd`]). Among built-in types only one pair needs it: `events.k8s.io/v1` Events are stored as core `v1` Events, as in
-//! Kubernetes, so `kubectl get events` sees what controllers record through either API. Field
-//! mapping per `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go`.
+//! only `apiVersion` rewritten ([`crate::registry::crd`]). Among built-in types two pairs need it:
+//! `events.k8s.io/v1` Events are stored as core `v1` Events, as in
+//! Kubernetes, so `kubectl get events` sees what controllers record through either API (field
+//! mapping per `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go`); HorizontalPodAutoscalers
+//! are stored as `autoscaling/v2` and served as `autoscaling/v1` too, through
+//! `skiff_apimachinery::autoscaling`'s annotation-preserving conversion.
 
 use serde_json::{Map, Value};
 
@@ -38,10 +41,15 @@ fn is_events_v1(def: &ResourceDef) -> bool {
     def.group == "events.k8s.io" && def.kind == "Event"
 }
 
+fn is_hpa_v1(def: &ResourceDef) -> bool {
+    def.group == "autoscaling" && def.version == "v1" && def.kind == "HorizontalPodAutoscaler"
+}
+
 /// True when [`to_external`] returns stored objects unchanged (built-in resources other than
-/// events.k8s.io/v1 Events), so their stored JSON can be sent as is.
+/// events.k8s.io/v1 Events and autoscaling/v1 HorizontalPodAutoscalers), so their stored JSON
+/// can be sent as is.
 pub fn is_identity(def: &ResourceDef) -> bool {
-    def.custom.is_none() && !is_events_v1(def)
+    def.custom.is_none() && !is_events_v1(def) && !is_hpa_v1(def)
 }
 
 /// Stored form → the resource's API version.
@@ -51,6 +59,9 @@ pub fn to_external(def: &ResourceDef, obj: Value) -> Value {
     }
     if is_events_v1(def) {
         return rename(obj, false, "events.k8s.io/v1");
+    }
+    if is_hpa_v1(def) {
+        return skiff_apimachinery::autoscaling::hpa_v2_to_v1(&obj);
     }
     obj
 }
@@ -62,6 +73,9 @@ pub fn to_internal(def: &ResourceDef, obj: Value) -> Value {
     }
     if is_events_v1(def) {
         return rename(obj, true, "v1");
+    }
+    if is_hpa_v1(def) {
+        return skiff_apimachinery::autoscaling::hpa_v1_to_v2(&obj);
     }
     obj
 }

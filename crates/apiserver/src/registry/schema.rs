@@ -61,6 +61,8 @@ pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Va
         ("networking.k8s.io/v1", "NetworkPolicy") => round_trip::<networking::v1::NetworkPolicy>(obj),
         ("networking.k8s.io/v1", "IngressClass") => round_trip::<networking::v1::IngressClass>(obj),
         ("autoscaling/v1", "Scale") => round_trip::<autoscaling::v1::Scale>(obj),
+        ("autoscaling/v2", "HorizontalPodAutoscaler") => round_trip::<autoscaling::v2::HorizontalPodAutoscaler>(obj),
+        ("autoscaling/v1", "HorizontalPodAutoscaler") => round_trip::<autoscaling::v1::HorizontalPodAutoscaler>(obj),
         ("policy/v1", "Eviction") => round_trip::<policy::v1::Eviction>(obj),
         ("coordination.k8s.io/v1", "Lease") => round_trip::<coordination::v1::Lease>(obj),
         ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<rbac::v1::Role>(obj),

@@ -264,13 +264,25 @@ pub(super) async fn start_simulated_cluster(
     nodes: u32,
     limit: Duration,
 ) -> anyhow::Result<(tempfile::TempDir, ServerProcess, kube::Client)> {
+    start_simulated_cluster_with(dir, nodes, limit, &[]).await
+}
+
+/// [`start_simulated_cluster`] with extra server flags.
+pub(super) async fn start_simulated_cluster_with(
+    dir: Option<&PathBuf>,
+    nodes: u32,
+    limit: Duration,
+    extra: &[&str],
+) -> anyhow::Result<(tempfile::TempDir, ServerProcess, kube::Client)> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let base = match dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None => tempfile::tempdir()?,
     };
     let count = nodes.to_string();
-    let mut server = ServerProcess::spawn(&base.path().join("server"), &["--simulated-nodes", &count])?;
+    let mut flags = vec!["--simulated-nodes", count.as_str()];
+    flags.extend_from_slice(extra);
+    let mut server = ServerProcess::spawn(&base.path().join("server"), &flags)?;
     let (_, admin) = server.wait_ready(Duration::from_secs(60)).await?;
     wait_for_ready_nodes(&admin, nodes as usize, limit).await?;
     // Let the components finish their start-up lists.

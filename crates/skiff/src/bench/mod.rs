@@ -9,6 +9,7 @@ mod deployment;
 mod dns;
 mod empty_handler;
 mod harness;
+mod hpa;
 mod jobs;
 mod migrate;
 mod podstartup;
@@ -52,6 +53,9 @@ pub enum BenchCommand {
     /// `skiff datastore migrate`'s copy of 100,000 objects from the embedded store into etcd:
     /// objects/s (target >= 10,000/s) and peak RSS, next to raw etcd creates of the same data.
     Migrate(migrate::MigrateArgs),
+    /// The horizontal pod autoscaler: server CPU per HPA sync with 1,000 HPAs on one-replica
+    /// Deployments on simulated nodes, next to the same cluster without HPAs.
+    Hpa(hpa::HpaArgs),
     /// Pod startup latency (create → Running seen by a watch) of 30 pods on a real containerd,
     /// p50/p99 against the 2 s target, and memory per simulated node (needs root).
     Podstartup(podstartup::PodStartupArgs),
@@ -79,6 +83,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Jobs(args) => jobs::run(args).await,
         BenchCommand::Migrate(args) => migrate::run(args).await,
         BenchCommand::Audit(args) => audit::run(args).await,
+        BenchCommand::Hpa(args) => hpa::run(args).await,
         BenchCommand::Scheduler => {
             use skiff_scheduler::bench::{BenchCase, BenchOptions, bench_scheduling};
             for case in BenchCase::all() {

@@ -251,6 +251,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const PV_SUBS: &[Subresource] = &[status("PersistentVolume")];
     const VA_SUBS: &[Subresource] = &[status("VolumeAttachment")];
     const ING_SUBS: &[Subresource] = &[status("Ingress")];
+    const VAP_SUBS: &[Subresource] = &[status("ValidatingAdmissionPolicy")];
     const SA_SUBS: &[Subresource] = &[Subresource {
         name: "token",
         group: "authentication.k8s.io",
@@ -416,6 +417,28 @@ pub fn builtin() -> Vec<ResourceDef> {
                 "validatingwebhookconfigurations",
                 "validatingwebhookconfiguration",
                 "ValidatingWebhookConfiguration",
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            subresources: VAP_SUBS,
+            generation: true,
+            ..def(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicy",
+                "ValidatingAdmissionPolicy",
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            ..def(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+                "validatingadmissionpolicybinding",
+                "ValidatingAdmissionPolicyBinding",
             )
         },
         ResourceDef {

@@ -75,7 +75,7 @@ fn binding() -> Value {
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: VapArgs) -> anyhow::Result<()> {
-    in_process(&args)?;
+    in_process(&args).await?;
     if args.api {
         through_server(&args).await?;
     }
@@ -90,7 +90,7 @@ fn pod_request(pod: &Value) -> AdmissionRequest {
     req
 }
 
-fn in_process(args: &VapArgs) -> anyhow::Result<()> {
+async fn in_process(args: &VapArgs) -> anyhow::Result<()> {
     let lookup = Arc::new(MemoryLookup::new());
     lookup.put(json!({"kind": "Namespace", "metadata": {"name": "bench"}}));
     let mut pod = serde_json::to_value(bench_pod("p", None))?;
@@ -100,7 +100,6 @@ fn in_process(args: &VapArgs) -> anyhow::Result<()> {
     with.apply(&binding()).map_err(anyhow::Error::msg)?;
     let without = Arc::new(PolicyAdmission::new(lookup));
     without.apply(&policy()).map_err(anyhow::Error::msg)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     println!(
         "ValidatingAdmissionPolicy admission, in process: {} calls per round, {} rounds, load average {}",
         args.calls,
@@ -118,7 +117,7 @@ fn in_process(args: &VapArgs) -> anyhow::Result<()> {
                 let req = pod_request(&pod);
                 let mut feedback = Feedback::default();
                 if plugin.active() {
-                    runtime.block_on(plugin.validate(&req, &mut feedback)).context("the bench pod was denied")?;
+                    plugin.validate(&req, &mut feedback).await.context("the bench pod was denied")?;
                 }
             }
             let wall = started.elapsed().as_secs_f64() * 1e6 / args.calls as f64;

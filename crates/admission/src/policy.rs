@@ -19,7 +19,7 @@
 //!    (code from `reason`, 422 Invalid by default), `Warn` adds a `Warning` header, `Audit` an
 //!    audit annotation; `auditAnnotations` add `<policy>/<key>` annotations.
 //!
-//! Expressions are compiled once per source text ([`skiff_cel::compile_cached`]); [`validate`]
+//! Expressions are compiled when a policy is applied ([`skiff_cel::compile_cached`]); [`validate`]
 //! checks policies and bindings at create/update (422 with upstream's messages and paths).
 //! `status.typeChecking` is not computed (cel-rust has no type checker).
 
@@ -112,9 +112,14 @@ impl MatchResources {
 #[derive(Debug, Clone)]
 struct Validation {
     expression: String,
+    compiled: skiff_cel::Shared,
     message: String,
-    message_expression: String,
+    message_expression: Option<skiff_cel::Shared>,
     reason: String,
+}
+
+fn compiled(expr: &str) -> skiff_cel::Shared {
+    skiff_cel::compile_cached(expr, POLICY_VARS)
 }
 
 /// A policy as the plugin runs it.
@@ -124,9 +129,9 @@ struct Policy {
     constraints: MatchResources,
     failure_policy: String,
     match_conditions: Vec<MatchCondition>,
-    variables: Vec<(String, String)>,
+    variables: Vec<(String, skiff_cel::Shared)>,
     validations: Vec<Validation>,
-    audit_annotations: Vec<(String, String)>,
+    audit_annotations: Vec<(String, skiff_cel::Shared)>,
     uses_variables: bool,
 }
 
@@ -140,16 +145,22 @@ impl Policy {
             )
         });
         let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-        let variables: Vec<(String, String)> =
-            spec["variables"].as_array().into_iter().flatten().map(|v| (s(&v["name"]), s(&v["expression"]))).collect();
+        // Compiled once here, not per request.
+        let variables: Vec<(String, skiff_cel::Shared)> = spec["variables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| (s(&v["name"]), compiled(v["expression"].as_str().unwrap_or(""))))
+            .collect();
         let validations: Vec<Validation> = spec["validations"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|v| Validation {
                 expression: s(&v["expression"]),
+                compiled: compiled(v["expression"].as_str().unwrap_or("")),
                 message: s(&v["message"]),
-                message_expression: s(&v["messageExpression"]),
+                message_expression: v["messageExpression"].as_str().filter(|m| !m.trim().is_empty()).map(compiled),
                 reason: s(&v["reason"]),
             })
             .collect();
@@ -157,7 +168,7 @@ impl Policy {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|a| (s(&a["key"]), s(&a["valueExpression"])))
+            .map(|a| (s(&a["key"]), compiled(a["valueExpression"].as_str().unwrap_or(""))))
             .collect();
         let uses_variables = !variables.is_empty();
         Self {
@@ -311,14 +322,13 @@ impl PolicyAdmission {
             }
         };
         let no_variables = Value::Object(serde_json::Map::new());
-        match matchconditions::evaluate(
-            &p.match_conditions,
-            POLICY_VARS,
-            &activation([object, old_object, &request, params, namespace_object, &no_variables]),
-        ) {
-            Ok(true) => {}
-            Ok(false) => return Vec::new(),
-            Err(e) => return fail(e),
+        if !p.match_conditions.is_empty() {
+            let act = activation([object, old_object, &request, params, namespace_object, &no_variables]);
+            match matchconditions::evaluate(&p.match_conditions, POLICY_VARS, &act) {
+                Ok(true) => {}
+                Ok(false) => return Vec::new(),
+                Err(e) => return fail(e),
+            }
         }
         // Variables are evaluated in order, each seeing the earlier ones; an unusable variable
         // is left out, so the expressions that read it fail with `no such key`.
@@ -326,7 +336,7 @@ impl PolicyAdmission {
         if p.uses_variables {
             for (name, expr) in &p.variables {
                 let so_far = Value::Object(vars.clone());
-                let value = match &*skiff_cel::compile_cached(expr, POLICY_VARS) {
+                let value = match &**expr {
                     Ok(c) => c
                         .eval(
                             &activation([object, old_object, &request, params, namespace_object, &so_far]),
@@ -344,19 +354,18 @@ impl PolicyAdmission {
         let act = activation([object, old_object, &request, params, namespace_object, &vars_value]);
         let mut decisions = Vec::new();
         for (i, v) in p.validations.iter().enumerate() {
-            let result = match &*skiff_cel::compile_cached(&v.expression, POLICY_VARS) {
+            let result = match &*v.compiled {
                 Ok(c) => c.eval_bool(&act, PER_CALL_LIMIT).map_err(|e| e.to_string()),
                 Err(e) => Err(format!("compilation failed: {e}")),
             };
             match result {
                 Ok(true) => {}
                 Ok(false) => {
-                    let from_expression = (!v.message_expression.is_empty())
-                        .then(|| match &*skiff_cel::compile_cached(&v.message_expression, POLICY_VARS) {
-                            Ok(c) => c.eval_string(&act, PER_CALL_LIMIT).ok(),
-                            Err(_) => None,
-                        })
-                        .flatten()
+                    let from_expression = v
+                        .message_expression
+                        .as_deref()
+                        .and_then(|c| c.as_ref().ok())
+                        .and_then(|c| c.eval_string(&act, PER_CALL_LIMIT).ok())
                         .map(|m| m.trim().to_string())
                         .filter(|m| !m.is_empty() && !m.contains('\n'));
                     let message = from_expression.unwrap_or_else(|| {
@@ -380,7 +389,7 @@ impl PolicyAdmission {
             }
         }
         for (key, expr) in &p.audit_annotations {
-            if let Ok(c) = &*skiff_cel::compile_cached(expr, POLICY_VARS)
+            if let Ok(c) = &**expr
                 && let Ok(s) = c.eval_string(&act, PER_CALL_LIMIT)
             {
                 annotations.push((key.clone(), s));

@@ -193,10 +193,9 @@ impl Compiled {
         if bound > limit {
             return Err(EvalError::CostLimit(bound, limit));
         }
+        // The activation lends its values to the evaluation: nothing is copied per evaluation.
         let mut ctx = Context::with_env(ENV.clone());
-        for (name, v) in &activation.vars {
-            ctx.add_variable_as_val(*name, v.clone_as_boxed());
-        }
+        ctx.set_variable_resolver(activation);
         self.program.execute(&ctx).map_err(|e| EvalError::Runtime(runtime_message(&e)))
     }
 
@@ -264,6 +263,14 @@ pub struct Activation<'v> {
     vars: Vec<(&'static str, Box<dyn Val + 'v>)>,
     /// The longest list, map or string among the values: what the cost bound multiplies.
     max_collection: u64,
+}
+
+impl cel::context::VariableResolver for Activation<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<cel::common::value::CowVal<'b, 'b>> {
+        let (_, v) = self.vars.iter().find(|(n, _)| *n == variable)?;
+        let v: &'b (dyn Val + 'b) = v.as_ref();
+        Some(cel::common::value::CowVal::from(v))
+    }
 }
 
 impl Default for Activation<'_> {

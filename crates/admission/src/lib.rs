@@ -11,7 +11,9 @@
 //!   [`MemoryLookup`] is an in-memory implementation;
 //! - [`plugins`]: the built-ins (Kubernetes' `plugin/pkg/admission`), each a pure function plus
 //!   a plugin wrapper, NodeRestriction among them;
-//! - [`webhook`]: MutatingAdmissionWebhook and ValidatingAdmissionWebhook.
+//! - [`webhook`]: MutatingAdmissionWebhook and ValidatingAdmissionWebhook;
+//! - [`policy`]: ValidatingAdmissionPolicy (CEL, over `skiff-cel`), and [`matchconditions`],
+//!   the CEL `matchConditions` policies and webhooks share.
 //!
 //! Who is asking comes from `skiff-auth` ([`skiff_auth::UserInfo`]); so do the RBAC authorizer
 //! the escalation check asks and the node graph NodeRestriction reads. Like `skiff-auth`, this
@@ -22,7 +24,9 @@
 // skiff; boxing it would only move the allocation.
 #![allow(clippy::result_large_err)]
 
+pub mod matchconditions;
 pub mod plugins;
+pub mod policy;
 pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
@@ -254,6 +258,19 @@ pub trait AdmissionLookup: Send + Sync {
         let _ = quota;
         Ok(())
     }
+    /// The object of kind `kind` (`apiVersion` `api_version`) named `namespace/name`
+    /// (`namespace` "" for cluster-scoped kinds): a ValidatingAdmissionPolicy's params
+    /// (`paramKind`, `paramRef.name`). The default finds none.
+    fn object_of_kind(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let _ = (api_version, kind, namespace, name);
+        None
+    }
+    /// Every object of kind `kind` in `namespace` ("" for cluster-scoped kinds): params chosen
+    /// by `paramRef.selector`. The default finds none.
+    fn objects_of_kind(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Arc<Value>> {
+        let _ = (api_version, kind, namespace);
+        Vec::new()
+    }
 }
 
 /// An in-memory [`AdmissionLookup`] (tests, and servers that keep these few kinds in a map).
@@ -321,6 +338,12 @@ impl AdmissionLookup for MemoryLookup {
     fn update_resource_quota_status(&self, quota: &Value) -> Result<(), ApiError> {
         self.put(quota.clone());
         Ok(())
+    }
+    fn object_of_kind(&self, _api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.get(kind, namespace, name).map(Arc::new)
+    }
+    fn objects_of_kind(&self, _api_version: &str, kind: &str, namespace: &str) -> Vec<Arc<Value>> {
+        self.list(kind, Some(namespace)).into_iter().map(Arc::new).collect()
     }
 }
 

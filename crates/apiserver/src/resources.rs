@@ -253,6 +253,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const VA_SUBS: &[Subresource] = &[status("VolumeAttachment")];
     const ING_SUBS: &[Subresource] = &[status("Ingress")];
     const HPA_SUBS: &[Subresource] = &[status("HorizontalPodAutoscaler")];
+    const VAP_SUBS: &[Subresource] = &[status("ValidatingAdmissionPolicy")];
     const SA_SUBS: &[Subresource] = &[Subresource {
         name: "token",
         group: "authentication.k8s.io",
@@ -432,6 +433,28 @@ pub fn builtin() -> Vec<ResourceDef> {
                 "validatingwebhookconfigurations",
                 "validatingwebhookconfiguration",
                 "ValidatingWebhookConfiguration",
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            subresources: VAP_SUBS,
+            generation: true,
+            ..def(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicy",
+                "ValidatingAdmissionPolicy",
+            )
+        },
+        ResourceDef {
+            categories: &["api-extensions"],
+            namespaced: false,
+            ..def(
+                "admissionregistration.k8s.io",
+                "validatingadmissionpolicybindings",
+                "validatingadmissionpolicybinding",
+                "ValidatingAdmissionPolicyBinding",
             )
         },
         ResourceDef {

@@ -169,7 +169,8 @@ pub struct ServerArgs {
     pub enable_admission_plugins: Vec<String>,
     /// Admission plugins to turn off, by kube-apiserver's names: NamespaceLifecycle,
     /// LimitRanger, ServiceAccount, NodeRestriction, Priority, DefaultTolerationSeconds,
-    /// PodSecurity, MutatingAdmissionWebhook, ValidatingAdmissionWebhook, ResourceQuota.
+    /// PodSecurity, MutatingAdmissionWebhook, ValidatingAdmissionPolicy, ValidatingAdmissionWebhook,
+    /// ResourceQuota.
     #[arg(long, value_delimiter = ',')]
     pub disable_admission_plugins: Vec<String>,
     /// `tolerationSeconds` of the `node.kubernetes.io/not-ready:NoExecute` toleration the

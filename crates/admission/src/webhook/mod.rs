@@ -15,8 +15,10 @@
 //! concurrently. `failurePolicy: Ignore` skips a webhook that cannot be called; `Fail` (the
 //! default) rejects with `failed calling webhook`. A rejection becomes
 //! `admission webhook "<name>" denied the request: <message>`. Dry-run requests only reach
-//! webhooks whose `sideEffects` is `None` or `NoneOnDryRun`. `matchConditions` (CEL) are not
-//! evaluated: a webhook that has them is treated as matching.
+//! webhooks whose `sideEffects` is `None` or `NoneOnDryRun`. A webhook's `matchConditions`
+//! (CEL, [`crate::matchconditions`]) are evaluated after its rules and selectors matched: a false
+//! condition skips the webhook; an evaluation error skips it under `failurePolicy: Ignore` and
+//! rejects the request (500) under `Fail`.
 
 pub mod client;
 
@@ -83,6 +85,17 @@ pub struct Webhook {
     pub timeout_seconds: i32,
     /// `Never` or `IfNeeded` (mutating only).
     pub reinvocation_policy: String,
+    /// CEL `matchConditions`, all of which must hold for the webhook to be called.
+    pub match_conditions: Vec<crate::matchconditions::MatchCondition>,
+}
+
+fn conditions(
+    list: &Option<Vec<k8s_openapi::api::admissionregistration::v1::MatchCondition>>,
+) -> Vec<crate::matchconditions::MatchCondition> {
+    list.iter()
+        .flatten()
+        .map(|c| crate::matchconditions::MatchCondition { name: c.name.clone(), expression: c.expression.clone() })
+        .collect()
 }
 
 impl Webhook {
@@ -98,6 +111,7 @@ impl Webhook {
             side_effects: w.side_effects.clone(),
             timeout_seconds: w.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
             reinvocation_policy: w.reinvocation_policy.clone().unwrap_or_else(|| "Never".into()),
+            match_conditions: conditions(&w.match_conditions),
         }
     }
 
@@ -113,6 +127,7 @@ impl Webhook {
             side_effects: w.side_effects.clone(),
             timeout_seconds: w.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS),
             reinvocation_policy: "Never".into(),
+            match_conditions: conditions(&w.match_conditions),
         }
     }
 }
@@ -188,6 +203,25 @@ pub fn webhook_matches(w: &Webhook, req: &AdmissionRequest, lookup: &dyn Admissi
         }
     }
     object_selected(w, req)
+}
+
+/// Whether a webhook that matched by rules and selectors also meets its `matchConditions`.
+///
+/// # Errors
+/// A condition failed to evaluate and the webhook's `failurePolicy` is `Fail`: 500, as
+/// kube-apiserver's dispatcher answers a webhook it could not call.
+pub fn conditions_match(w: &Webhook, req: &AdmissionRequest) -> Result<bool, ApiError> {
+    match crate::matchconditions::webhook_matches(&w.match_conditions, req) {
+        Ok(m) => Ok(m),
+        Err(e) if w.failure_policy == "Ignore" => {
+            tracing::warn!(webhook = %w.name, "ignoring a webhook whose match conditions failed: {e}");
+            Ok(false)
+        }
+        Err(e) => Err(ApiError::internal(format!(
+            "Internal error occurred: failed calling webhook {:?}: failed to evaluate match conditions: {e}",
+            w.name
+        ))),
+    }
 }
 
 fn object_selected(w: &Webhook, req: &AdmissionRequest) -> Result<bool, String> {
@@ -431,7 +465,7 @@ impl MutatingAdmission for MutatingWebhookPlugin {
         let mut version = 0u64;
         for (i, w) in hooks.iter().enumerate() {
             let matched = webhook_matches(w, req, self.0.lookup.as_ref()).map_err(ApiError::bad_request)?;
-            if !matched {
+            if !matched || !conditions_match(w, req)? {
                 continue;
             }
             if self.invoke(w, req, feedback).await? {
@@ -444,7 +478,9 @@ impl MutatingAdmission for MutatingWebhookPlugin {
             if w.reinvocation_policy != "IfNeeded" || seen[i].is_none_or(|v| v == version) {
                 continue;
             }
-            if webhook_matches(w, req, self.0.lookup.as_ref()).map_err(ApiError::bad_request)? {
+            if webhook_matches(w, req, self.0.lookup.as_ref()).map_err(ApiError::bad_request)?
+                && conditions_match(w, req)?
+            {
                 self.invoke(w, req, feedback).await?;
             }
         }
@@ -477,7 +513,9 @@ impl ValidatingAdmission for ValidatingWebhookPlugin {
     async fn validate(&self, req: &AdmissionRequest, feedback: &mut Feedback) -> Result<(), ApiError> {
         let mut hooks = Vec::new();
         for w in self.0.validating_webhooks() {
-            if webhook_matches(&w, req, self.0.lookup.as_ref()).map_err(ApiError::bad_request)? {
+            if webhook_matches(&w, req, self.0.lookup.as_ref()).map_err(ApiError::bad_request)?
+                && conditions_match(&w, req)?
+            {
                 hooks.push(w);
             }
         }

@@ -333,3 +333,28 @@ fn denials_default_to_400_and_explain_themselves() {
     assert_eq!(split_host_port("[::1]:8443"), ("::1".to_string(), 8443));
     assert_eq!(split_host_port("example.com"), ("example.com".to_string(), 443));
 }
+
+#[test]
+fn match_conditions_skip_a_webhook_or_fail_per_failure_policy() {
+    let config = |policy: &str, expr: &str| {
+        json!({"kind": "ValidatingWebhookConfiguration", "metadata": {"name": "c"}, "webhooks": [{
+            "name": "w.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": policy, "clientConfig": {"url": "https://127.0.0.1:1/"},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+            "matchConditions": [{"name": "cond", "expression": expr}],
+        }]})
+    };
+    let admission = WebhookAdmission::new(Arc::new(MemoryLookup::new()), Arc::new(NoServices));
+    let mut req = request(Operation::Create, "", "pods", "", "ns");
+    req.object = Some(json!({"metadata": {"name": "p", "labels": {"skip": "yes"}}}));
+    admission.apply(&config("Fail", "!has(object.metadata.labels.skip)")).unwrap();
+    let w = &admission.validating_webhooks()[0];
+    assert_eq!(w.match_conditions.len(), 1);
+    assert_eq!(conditions_match(w, &req), Ok(false));
+    admission.apply(&config("Fail", "object.spec.missing")).unwrap();
+    let e = conditions_match(&admission.validating_webhooks()[0], &req).unwrap_err();
+    assert_eq!(e.code, 500);
+    assert!(e.message.contains("failed to evaluate match conditions"), "{}", e.message);
+    admission.apply(&config("Ignore", "object.spec.missing")).unwrap();
+    assert_eq!(conditions_match(&admission.validating_webhooks()[0], &req), Ok(false));
+}

@@ -7,7 +7,7 @@
 //!   DefaultTolerationSeconds, DefaultStorageClass, StorageObjectInUseProtection,
 //!   MutatingAdmissionWebhook;
 //! - validating: RBAC escalation, NamespaceLifecycle, LimitRanger, PodSecurity, Priority,
-//!   ValidatingAdmissionWebhook, ResourceQuota.
+//!   ValidatingAdmissionPolicy, ValidatingAdmissionWebhook, ResourceQuota.
 //!
 //! Requests of the API server itself (bootstrap, status maintenance: no user) are not admitted.
 //!
@@ -35,6 +35,7 @@ use skiff_admission::plugins::{
     default_storage_class, default_toleration_seconds, limit_ranger, namespace_lifecycle, pod_security, priority,
     rbac_escalation, resource_quota, service_account, storage_object_in_use_protection,
 };
+use skiff_admission::policy::PolicyAdmission;
 use skiff_admission::webhook::{ServiceResolver, WebhookAdmission};
 use skiff_admission::{self as authadm, AdmissionChain, AdmissionLookup, AdmissionRequest};
 use skiff_apimachinery::ApiError;
@@ -156,12 +157,24 @@ impl AdmissionLookup for CacheLookup {
     fn storage_classes(&self) -> Vec<Arc<Value>> {
         self.list_shared("storageclasses", "")
     }
+    fn object_of_kind(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let state = self.slot.get()?;
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let storage = state.registry.by_kind(group, version, kind)?.storage;
+        self.get(storage, namespace, name)
+    }
+    fn objects_of_kind(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Arc<Value>> {
+        let Some(state) = self.slot.get() else { return Vec::new() };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let Some(def) = state.registry.by_kind(group, version, kind) else { return Vec::new() };
+        self.list_shared(def.storage, namespace)
+    }
 }
 
 /// kube-apiserver's names of the admission plugins skiff implements, all enabled by default
 /// (as they are in kube-apiserver 1.33, plus NodeRestriction, which kubeadm enables beside
 /// `--authorization-mode=Node,RBAC`; it is installed by [`crate::filters::node_authz`]).
-pub const PLUGINS: [&str; 12] = [
+pub const PLUGINS: [&str; 13] = [
     "NamespaceLifecycle",
     "LimitRanger",
     "ServiceAccount",
@@ -172,6 +185,7 @@ pub const PLUGINS: [&str; 12] = [
     "StorageObjectInUseProtection",
     "PodSecurity",
     "MutatingAdmissionWebhook",
+    "ValidatingAdmissionPolicy",
     "ValidatingAdmissionWebhook",
     "ResourceQuota",
 ];
@@ -205,7 +219,7 @@ pub const NOT_IMPLEMENTED: [&str; 21] = [
 /// The plugins that run given kube-apiserver's `--enable-admission-plugins` (added to the
 /// default set) and `--disable-admission-plugins` (removed from it) — each a list of plugin
 /// names, comma-separated or repeated. Names kube-apiserver knows but skiff does not implement
-/// ([`NOT_IMPLEMENTED`], plus `TaintNodesByCondition` and `ValidatingAdmissionPolicy`) are
+/// ([`NOT_IMPLEMENTED`], plus `TaintNodesByCondition`) are
 /// accepted; enabling one only logs a warning.
 ///
 /// # Errors
@@ -218,11 +232,8 @@ pub fn enabled_plugins(
         v.iter().flat_map(|s| s.split(',')).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
     };
     let (enable, disable) = (split(enable), split(disable));
-    let known = |name: &str| {
-        PLUGINS.contains(&name)
-            || NOT_IMPLEMENTED.contains(&name)
-            || matches!(name, "TaintNodesByCondition" | "ValidatingAdmissionPolicy")
-    };
+    let known =
+        |name: &str| PLUGINS.contains(&name) || NOT_IMPLEMENTED.contains(&name) || name == "TaintNodesByCondition";
     for name in enable.iter().chain(&disable) {
         if !known(name) {
             return Err(format!("admission plugin {name:?} is unknown; skiff implements {}", PLUGINS.join(", ")));
@@ -262,6 +273,7 @@ pub struct ChainAdmission {
     chain: AdmissionChain,
     lookup: Arc<CacheLookup>,
     webhooks: Arc<WebhookAdmission>,
+    policies: Arc<PolicyAdmission>,
     slot: StateSlot,
     /// ResourceQuota is enabled.
     quota: bool,
@@ -285,6 +297,7 @@ impl ChainAdmission {
         let l: Arc<dyn AdmissionLookup> = lookup.clone();
         let services = Arc::new(EndpointResolver { slot: slot.clone() });
         let webhooks = Arc::new(WebhookAdmission::new(l.clone(), services));
+        let policies = Arc::new(PolicyAdmission::new(l.clone()));
         let on = |name: &str| enabled.contains(name);
         // kube-apiserver's order; ResourceQuota runs last, in `validate`, because it writes.
         let mut chain = AdmissionChain::new();
@@ -328,17 +341,25 @@ impl ChainAdmission {
         if on("Priority") {
             chain = chain.validating(Arc::new(priority::Priority::new(l)));
         }
+        if on("ValidatingAdmissionPolicy") {
+            chain = chain.validating(policies.plugin());
+        }
         if on("ValidatingAdmissionWebhook") {
             chain = chain.validating(webhooks.validating_plugin());
         }
         let (m, v) = chain.plugin_names();
         let empty = m.is_empty() && v.is_empty() && !on("ResourceQuota");
-        Self { chain, lookup, webhooks, slot, quota: on("ResourceQuota"), empty }
+        Self { chain, lookup, webhooks, policies, slot, quota: on("ResourceQuota"), empty }
     }
 
     /// The webhook configurations (fed from the watch caches).
     pub fn webhooks(&self) -> &Arc<WebhookAdmission> {
         &self.webhooks
+    }
+
+    /// The ValidatingAdmissionPolicies and bindings (fed from the watch caches).
+    pub fn policies(&self) -> &Arc<PolicyAdmission> {
+        &self.policies
     }
 
     /// Store reads for what the mutating plugins look up, so a cache lag is not a rejection.
@@ -491,35 +512,89 @@ impl Admission for ChainAdmission {
     }
 }
 
+/// What a feed keeps equal to the watch caches: objects applied and removed by kind.
+trait ConfigSink: Send + Sync + 'static {
+    fn apply(&self, kind: &str, obj: &Value);
+    fn remove(&self, kind: &str, name: &str);
+    fn names(&self, kind: &str) -> Vec<String>;
+}
+
+impl ConfigSink for WebhookAdmission {
+    fn apply(&self, kind: &str, obj: &Value) {
+        let mut o = obj.clone();
+        o["kind"] = kind.into();
+        if let Err(e) = WebhookAdmission::apply(self, &o) {
+            tracing::warn!(error = %e, "ignoring a webhook configuration");
+        }
+    }
+    fn remove(&self, kind: &str, name: &str) {
+        WebhookAdmission::remove(self, kind, name)
+    }
+    fn names(&self, kind: &str) -> Vec<String> {
+        let list =
+            if kind == "MutatingWebhookConfiguration" { self.mutating_webhooks() } else { self.validating_webhooks() };
+        list.into_iter().map(|w| w.configuration).collect()
+    }
+}
+
+impl ConfigSink for PolicyAdmission {
+    fn apply(&self, kind: &str, obj: &Value) {
+        let mut o = obj.clone();
+        o["kind"] = kind.into();
+        if let Err(e) = PolicyAdmission::apply(self, &o) {
+            tracing::warn!(error = %e, "ignoring a validating admission policy");
+        }
+    }
+    fn remove(&self, kind: &str, name: &str) {
+        PolicyAdmission::remove(self, kind, name)
+    }
+    fn names(&self, kind: &str) -> Vec<String> {
+        PolicyAdmission::names(self, kind)
+    }
+}
+
 /// Keeps the webhook configurations of `admission` equal to the watch caches.
 pub async fn feed_webhooks(webhooks: Arc<WebhookAdmission>, state: Arc<AppState>) {
     let kinds = [
         ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
         ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
     ];
+    feed(webhooks, state, kinds).await
+}
+
+/// Keeps the ValidatingAdmissionPolicies and bindings of `policies` equal to the watch caches.
+pub async fn feed_policies(policies: Arc<PolicyAdmission>, state: Arc<AppState>) {
+    let kinds = [
+        ("validatingadmissionpolicies", "ValidatingAdmissionPolicy"),
+        ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding"),
+    ];
+    feed(policies, state, kinds).await
+}
+
+async fn feed<S: ConfigSink>(sink: Arc<S>, state: Arc<AppState>, kinds: [(&'static str, &'static str); 2]) {
     let mut tasks = Vec::new();
     for (storage, kind) in kinds {
         let Some(cache) = state.caches.get(storage).cloned() else { continue };
-        let webhooks = webhooks.clone();
+        let sink = sink.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 while !cache.is_ready() {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
                 let snap = cache.snapshot(cache.prefix());
-                for name in webhooks_names(&webhooks, kind) {
-                    webhooks.remove(kind, &name);
+                for name in sink.names(kind) {
+                    sink.remove(kind, &name);
                 }
                 for o in &snap.objects {
-                    apply_webhook(&webhooks, kind, o);
+                    sink.apply(kind, o);
                 }
                 let mut sub = snap.subscription;
                 loop {
                     match sub.recv().await {
                         Recv::Msg(CacheMsg::Event(e)) => match e.kind {
-                            EventKind::Added | EventKind::Modified => apply_webhook(&webhooks, kind, &e.object),
+                            EventKind::Added | EventKind::Modified => sink.apply(kind, &e.object),
                             EventKind::Deleted => {
-                                webhooks.remove(kind, e.object["metadata"]["name"].as_str().unwrap_or_default())
+                                sink.remove(kind, e.object["metadata"]["name"].as_str().unwrap_or_default())
                             }
                         },
                         Recv::Msg(CacheMsg::Progress(_)) => {}
@@ -532,23 +607,6 @@ pub async fn feed_webhooks(webhooks: Arc<WebhookAdmission>, state: Arc<AppState>
     }
     for t in tasks {
         let _ = t.await;
-    }
-}
-
-fn webhooks_names(webhooks: &WebhookAdmission, kind: &str) -> Vec<String> {
-    let list = if kind == "MutatingWebhookConfiguration" {
-        webhooks.mutating_webhooks()
-    } else {
-        webhooks.validating_webhooks()
-    };
-    list.into_iter().map(|w| w.configuration).collect()
-}
-
-fn apply_webhook(webhooks: &WebhookAdmission, kind: &str, obj: &Value) {
-    let mut o = obj.clone();
-    o["kind"] = kind.into();
-    if let Err(e) = webhooks.apply(&o) {
-        tracing::warn!(error = %e, "ignoring a webhook configuration");
     }
 }
 

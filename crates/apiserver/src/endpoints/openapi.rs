@@ -174,6 +174,12 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
             add::<admissionregistration::v1::ValidatingWebhookConfiguration>(g)
         }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            add::<admissionregistration::v1::ValidatingAdmissionPolicy>(g)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            add::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(g)
+        }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             add::<apiextensions::v1::CustomResourceDefinition>(g)
         }

@@ -237,6 +237,7 @@ impl Installed {
         if let Some(chain) = self.admission {
             crate::admission::chain::bootstrap(state).await?;
             tasks.push(tokio::spawn(crate::admission::chain::feed_webhooks(chain.webhooks().clone(), state.clone())));
+            tasks.push(tokio::spawn(crate::admission::chain::feed_policies(chain.policies().clone(), state.clone())));
         }
         Ok(tasks)
     }

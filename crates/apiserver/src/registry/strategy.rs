@@ -95,7 +95,18 @@ pub fn validate_object(
 ) -> Vec<skiff_apimachinery::status::Cause> {
     match def.custom {
         Some(cr) => cr.validate(def, obj, old),
-        None => machinery::validate(api_version, kind, obj, old),
+        None => {
+            let mut causes = machinery::validate(api_version, kind, obj, old);
+            if def.group == "apiextensions.k8s.io" && def.resource == "customresourcedefinitions" {
+                causes.extend(crate::registry::crd::rules::validate_crd(obj));
+            }
+            if def.group == "admissionregistration.k8s.io"
+                && matches!(kind, "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding")
+            {
+                causes.extend(skiff_admission::policy::validate(kind, obj));
+            }
+            causes
+        }
     }
 }
 

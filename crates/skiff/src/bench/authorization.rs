@@ -51,7 +51,7 @@ const GROUP: &str = "bench";
 /// Flags of the server without the security pipeline.
 const OFF_FLAGS: &[&str] = &[
     "--authorization-mode=AlwaysAllow",
-    "--disable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota",
+    "--disable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,ResourceQuota",
 ];
 
 /// Runs the benchmark and prints its report.

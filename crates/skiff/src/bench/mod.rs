@@ -16,6 +16,7 @@ mod podstartup;
 mod proxy;
 mod statefulset;
 mod store;
+mod vap;
 
 /// The benchmarks.
 #[derive(clap::Subcommand, Debug)]
@@ -67,6 +68,10 @@ pub enum BenchCommand {
     /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
     /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
     Dns(dns::DnsArgs),
+    /// ValidatingAdmissionPolicy: the admission CPU of one policy with three validations per pod
+    /// create against none, in process and (with `--api`) as server CPU per create (target
+    /// ≤ 25 µs).
+    Vap(vap::VapArgs),
     /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
     /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
     #[command(hide = true)]
@@ -97,5 +102,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::Vap(args) => vap::run(args).await,
     }
 }

@@ -10,13 +10,15 @@
 //!   `customresourcecleanup.apiextensions.k8s.io` finalizer the delete added.
 //! - [`CustomResource`] carries what the generic registry needs per version: the structural
 //!   schema for pruning, defaulting and validation ([`CustomResource::prune_and_default`],
-//!   [`CustomResource::validate`]), `additionalPrinterColumns` for Tables
+//!   [`CustomResource::validate`]: types, bounds, `pattern`, `format`, and the CEL rules of
+//!   [`rules`]), `additionalPrinterColumns` for Tables
 //!   ([`CustomResource::table_columns`]), and the scale subresource's paths.
 //!
 //! Objects are stored under `/registry/<group>/<plural>/` like Kubernetes; every version is
 //! served from the same objects with `apiVersion` rewritten (conversion strategy `None`).
 
 pub mod establishing;
+pub mod rules;
 
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -305,6 +307,7 @@ fn check(v: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
                 field: path.to_string(),
             });
         }
+        rules::string_checks(s, schema, path, causes);
     }
     match v {
         Value::Object(map) => {
@@ -393,12 +396,16 @@ impl CustomResource {
         unknown
     }
 
-    /// Validates an object against the schema (type, required, enum, bounds) plus ObjectMeta:
-    /// the causes of a 422.
+    /// Validates an object against the schema (type, required, enum, bounds, pattern, format,
+    /// then the `x-kubernetes-validations` rules, `old` binding `oldSelf`) plus ObjectMeta: the
+    /// causes of a 422.
     pub fn validate(&self, def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = skiff_apimachinery::validation::validate_metadata(obj, def.namespaced, old);
         if let Some(schema) = &self.schema {
             check(obj, schema, "", &mut causes);
+            if rules::has_rules(schema) {
+                rules::validate_unless_blocked(schema, obj, old, &mut causes);
+            }
         }
         causes
     }

@@ -1,8 +1,9 @@
 //! The NetworkPolicy controller of one node: keeps the pods, namespaces and policies it is
 //! told about and turns their changes into nftables transactions on [`crate::rules::TABLE`].
 //!
-//! Incremental, as the node proxy: a pod event re-evaluates that pod against every set (pod
-//! selections, isolation, named ports) and marks the sets whose elements change; a namespace
+//! Incremental, as the node proxy: a pod event re-evaluates that pod against the sets that
+//! can hold it (its namespace's pod selections, namespace-selector selections, isolation,
+//! named ports) and marks the sets whose elements change; a namespace
 //! relabel re-evaluates its pods against the selections that look at namespace labels; a policy
 //! event recompiles that policy, creates the sets it newly uses (filled from every known pod)
 //! and marks its chains and the dispatch chains. A sync sends one transaction with only that
@@ -22,7 +23,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use skiff_proxy::{NftBackend, NftError};
 
-use crate::policy::{self, CompiledPolicy, Direction, PodInfo, Protocol, Selection};
+use crate::policy::{self, CompiledPolicy, Direction, NamespaceScope, PodInfo, Protocol, Selection};
 use crate::rules::{self, EGRESS_ISOLATED, EGRESS_POLICIES, INGRESS_ISOLATED, INGRESS_POLICIES, NftRule, SetType};
 
 /// The default minimum time between two transactions.
@@ -77,8 +78,17 @@ fn elem_json(e: &Elem) -> Value {
 
 struct SetState {
     kind: SetKind,
-    /// Keys (`namespace/name`) of the pods in it.
-    members: BTreeSet<String>,
+    /// The pods in it (`namespace/name`) and the element each contributes.
+    members: HashMap<String, Elem>,
+    /// Its elements, with the number of pods contributing each (two pods may briefly share an
+    /// address).
+    elems: BTreeMap<Elem, u32>,
+    /// Elements whose presence may have changed since the last sync: a sync looks at these only,
+    /// so a change costs the same in a set of ten pods and in one of ten thousand.
+    pending: BTreeSet<Elem>,
+    /// Made since the last sync: compared whole with the kernel's (it may be a set released and
+    /// used again, whose pending changes went with the released state).
+    fresh: bool,
     /// Policies using it (the isolation sets are permanent).
     users: usize,
 }
@@ -91,6 +101,11 @@ struct State {
     policies: BTreeMap<String, CompiledPolicy>,
     policies_by_ns: HashMap<String, BTreeSet<String>>,
     sets: HashMap<String, SetState>,
+    /// Names of the sets of pods of one namespace (`podSelector` alone, policy targets), by
+    /// namespace: a pod is only evaluated against its namespace's and the unscoped sets.
+    scoped_sets: HashMap<String, BTreeSet<String>>,
+    /// Names of the other sets (namespace selectors, isolation, named ports).
+    unscoped_sets: BTreeSet<String>,
     dirty_sets: BTreeSet<String>,
     dirty_policies: BTreeSet<String>,
     dispatch_dirty: bool,
@@ -168,28 +183,54 @@ fn sets_of(p: &CompiledPolicy) -> Vec<(String, SetKind)> {
     out
 }
 
+impl SetState {
+    fn remove_elem(&mut self, e: Elem) {
+        if let Some(n) = self.elems.get_mut(&e) {
+            *n -= 1;
+            if *n == 0 {
+                self.elems.remove(&e);
+            }
+        }
+        self.pending.insert(e);
+    }
+}
+
 impl State {
-    /// Re-evaluates pod `key` (present or just removed) against the sets `which` accepts.
-    fn refresh(&mut self, key: &str, elem_changed: bool, which: impl Fn(&SetKind) -> bool) {
-        let State { pods, namespaces, policies, policies_by_ns, sets, dirty_sets, .. } = self;
+    /// Re-evaluates pod `key` of `namespace` (present or just removed) against the sets
+    /// `which` accepts.
+    fn refresh(&mut self, key: &str, namespace: &str, which: impl Fn(&SetKind) -> bool) {
+        let State { pods, namespaces, policies, policies_by_ns, sets, scoped_sets, unscoped_sets, dirty_sets, .. } =
+            self;
         let pod = pods.get(key);
-        let ns_labels = pod.and_then(|p| namespaces.get(&p.namespace));
-        for (name, set) in sets.iter_mut() {
+        let ns_labels = namespaces.get(namespace);
+        for name in scoped_sets.get(namespace).into_iter().flatten().chain(unscoped_sets.iter()) {
+            let Some(set) = sets.get_mut(name) else { continue };
             if !which(&set.kind) {
                 continue;
             }
-            let now = pod.is_some_and(|p| member(&set.kind, p, ns_labels, policies, policies_by_ns));
-            let was = set.members.contains(key);
-            if now != was {
-                if now {
-                    set.members.insert(key.to_string());
-                } else {
-                    set.members.remove(key);
-                }
-                dirty_sets.insert(name.clone());
-            } else if now && elem_changed {
-                dirty_sets.insert(name.clone());
+            let now = pod
+                .filter(|p| member(&set.kind, p, ns_labels, policies, policies_by_ns))
+                .and_then(|p| elem(&set.kind, p));
+            if set.members.get(key).copied() == now {
+                continue;
             }
+            if let Some(old) = set.members.remove(key) {
+                set.remove_elem(old);
+            }
+            if let Some(new) = now {
+                set.members.insert(key.to_string(), new);
+                *set.elems.entry(new).or_default() += 1;
+                set.pending.insert(new);
+            }
+            dirty_sets.insert(name.clone());
+        }
+    }
+
+    /// The namespace a set is limited to, if any.
+    fn scope(kind: &SetKind) -> Option<&str> {
+        match kind {
+            SetKind::Selection(Selection { namespaces: NamespaceScope::Only(ns), .. }) => Some(ns),
+            _ => None,
         }
     }
 
@@ -198,29 +239,54 @@ impl State {
             set.users += 1;
             return;
         }
-        let members = self
-            .pods
-            .iter()
-            .filter(|(_, p)| member(&kind, p, self.namespaces.get(&p.namespace), &self.policies, &self.policies_by_ns))
-            .map(|(k, _)| k.clone())
+        let candidates: Vec<&String> = match Self::scope(&kind) {
+            Some(ns) => self.pods_by_ns.get(ns).into_iter().flatten().collect(),
+            None => self.pods.keys().collect(),
+        };
+        let members: HashMap<String, Elem> = candidates
+            .into_iter()
+            .filter_map(|k| {
+                let p = self.pods.get(k)?;
+                if !member(&kind, p, self.namespaces.get(&p.namespace), &self.policies, &self.policies_by_ns) {
+                    return None;
+                }
+                Some((k.clone(), elem(&kind, p)?))
+            })
             .collect();
+        let mut elems = BTreeMap::new();
+        for e in members.values() {
+            *elems.entry(*e).or_default() += 1;
+        }
+        match Self::scope(&kind) {
+            Some(ns) => self.scoped_sets.entry(ns.to_string()).or_default().insert(name.clone()),
+            None => self.unscoped_sets.insert(name.clone()),
+        };
         self.dirty_sets.insert(name.clone());
-        self.sets.insert(name, SetState { kind, members, users: 1 });
+        self.sets.insert(name, SetState { kind, members, elems, pending: BTreeSet::new(), fresh: true, users: 1 });
     }
 
     fn release(&mut self, name: &str) {
         if let Some(set) = self.sets.get_mut(name) {
             set.users -= 1;
             if set.users == 0 {
-                self.sets.remove(name);
+                if let Some(set) = self.sets.remove(name) {
+                    match Self::scope(&set.kind) {
+                        Some(ns) => {
+                            if let Some(names) = self.scoped_sets.get_mut(ns) {
+                                names.remove(name);
+                                if names.is_empty() {
+                                    self.scoped_sets.remove(ns);
+                                }
+                            }
+                        }
+                        None => {
+                            self.unscoped_sets.remove(name);
+                        }
+                    }
+                }
                 self.dirty_sets.remove(name);
             }
         }
-    }
-
-    /// Desired elements of a set.
-    fn elements(&self, set: &SetState) -> BTreeSet<Elem> {
-        set.members.iter().filter_map(|k| self.pods.get(k)).filter_map(|p| elem(&set.kind, p)).collect()
     }
 
     /// Desired chains of a policy: name → rules, for the directions it isolates.
@@ -266,9 +332,17 @@ impl Controller {
     pub fn new(cfg: ControllerConfig, backend: Arc<dyn NftBackend>) -> Arc<Self> {
         let mut state = State::default();
         for (name, dir) in [(INGRESS_ISOLATED, Direction::Ingress), (EGRESS_ISOLATED, Direction::Egress)] {
+            state.unscoped_sets.insert(name.to_string());
             state.sets.insert(
                 name.to_string(),
-                SetState { kind: SetKind::Isolated(dir), members: BTreeSet::new(), users: 1 },
+                SetState {
+                    kind: SetKind::Isolated(dir),
+                    members: HashMap::new(),
+                    elems: BTreeMap::new(),
+                    pending: BTreeSet::new(),
+                    fresh: true,
+                    users: 1,
+                },
             );
         }
         Arc::new(Controller {
@@ -291,10 +365,10 @@ impl Controller {
         if old == Some(&info) {
             return;
         }
-        let elem_changed = old.is_some_and(|o| o.ip != info.ip || o.named_ports != info.named_ports);
         st.pods_by_ns.entry(info.namespace.clone()).or_default().insert(k.clone());
+        let ns = info.namespace.clone();
         st.pods.insert(k.clone(), info);
-        st.refresh(&k, elem_changed, |_| true);
+        st.refresh(&k, &ns, |_| true);
         st.changed(&self.wake);
     }
 
@@ -306,7 +380,7 @@ impl Controller {
         if let Some(keys) = st.pods_by_ns.get_mut(&old.namespace) {
             keys.remove(&k);
         }
-        st.refresh(&k, false, |_| true);
+        st.refresh(&k, &old.namespace, |_| true);
         st.changed(&self.wake);
     }
 
@@ -321,7 +395,7 @@ impl Controller {
         st.namespaces.insert(name.clone(), labels);
         let pods: Vec<String> = st.pods_by_ns.get(&name).into_iter().flatten().cloned().collect();
         for k in pods {
-            st.refresh(&k, false, |kind| match kind {
+            st.refresh(&k, &name, |kind| match kind {
                 SetKind::Selection(s) => s.uses_namespace_labels(),
                 _ => false,
             });
@@ -381,7 +455,7 @@ impl Controller {
         };
         let pods: Vec<String> = st.pods_by_ns.get(&namespace).into_iter().flatten().cloned().collect();
         for p in pods {
-            st.refresh(&p, false, is_isolation);
+            st.refresh(&p, &namespace, is_isolation);
         }
         st.dirty_policies.insert(k.to_string());
         st.dispatch_dirty = true;
@@ -466,10 +540,17 @@ impl Controller {
 }
 
 /// How the applied state changes once a transaction is in.
+/// How one set changes in the kernel.
+enum SetChange {
+    Created(AppliedSet),
+    Elements { added: Vec<Elem>, deleted: Vec<Elem> },
+    Deleted,
+}
+
 enum Next {
     Replace(Applied),
     Update {
-        sets: Vec<(String, Option<AppliedSet>)>,
+        sets: Vec<(String, SetChange)>,
         chains: Vec<(String, Option<Vec<NftRule>>)>,
         dispatch: Option<[Vec<NftRule>; 2]>,
     },
@@ -480,11 +561,23 @@ impl Next {
         match self {
             Next::Replace(a) => *applied = a,
             Next::Update { sets, chains, dispatch } => {
-                for (name, s) in sets {
-                    match s {
-                        Some(s) => applied.sets.insert(name, s),
-                        None => applied.sets.remove(&name),
-                    };
+                for (name, change) in sets {
+                    match change {
+                        SetChange::Created(s) => {
+                            applied.sets.insert(name, s);
+                        }
+                        SetChange::Elements { added, deleted } => {
+                            if let Some((_, have)) = applied.sets.get_mut(&name) {
+                                for e in deleted {
+                                    have.remove(&e);
+                                }
+                                have.extend(added);
+                            }
+                        }
+                        SetChange::Deleted => {
+                            applied.sets.remove(&name);
+                        }
+                    }
                 }
                 for (name, c) in chains {
                     match c {
@@ -506,19 +599,21 @@ fn full_transaction(st: &mut State) -> (Vec<Value>, Next) {
     st.dispatch_dirty = false;
     let mut cmds = rules::base_table();
     let mut next = Applied::default();
-    let mut names: Vec<&String> = st.sets.keys().collect();
+    let mut names: Vec<String> = st.sets.keys().cloned().collect();
     names.sort();
     for name in names {
-        let set = &st.sets[name];
+        let Some(set) = st.sets.get_mut(&name) else { continue };
+        set.pending.clear();
+        set.fresh = false;
         let ty = set.kind.set_type();
         if !is_isolation(&set.kind) {
-            cmds.push(rules::add_set(name, ty));
+            cmds.push(rules::add_set(&name, ty));
         }
-        let elems = st.elements(set);
+        let elems: BTreeSet<Elem> = set.elems.keys().copied().collect();
         if !elems.is_empty() {
-            cmds.push(rules::elements("add", name, elems.iter().map(elem_json).collect()));
+            cmds.push(rules::elements("add", &name, elems.iter().map(elem_json).collect()));
         }
-        next.sets.insert(name.clone(), (ty, elems));
+        next.sets.insert(name, (ty, elems));
     }
     let keys: Vec<String> = st.policies.keys().cloned().collect();
     for k in keys {
@@ -540,26 +635,40 @@ fn partial_transaction(st: &mut State, applied: &Applied) -> (Vec<Value>, Next) 
     let (mut add_sets, mut elems, mut fill, mut flush_old, mut delete_old) = (vec![], vec![], vec![], vec![], vec![]);
     let mut next_sets = Vec::new();
     for name in std::mem::take(&mut st.dirty_sets) {
-        let Some(set) = st.sets.get(&name) else { continue };
+        let Some(set) = st.sets.get_mut(&name) else { continue };
         let ty = set.kind.set_type();
-        let want = st.elements(set);
-        let have = match applied.sets.get(&name) {
-            Some((_, have)) => have,
-            None => {
-                add_sets.push(rules::add_set(&name, ty));
-                &BTreeSet::new()
+        let mut pending = std::mem::take(&mut set.pending);
+        if std::mem::take(&mut set.fresh)
+            && let Some((_, have)) = applied.sets.get(&name)
+        {
+            pending.extend(have.iter().copied());
+            pending.extend(set.elems.keys().copied());
+        }
+        let Some((_, have)) = applied.sets.get(&name) else {
+            add_sets.push(rules::add_set(&name, ty));
+            let want: BTreeSet<Elem> = set.elems.keys().copied().collect();
+            if !want.is_empty() {
+                elems.push(rules::elements("add", &name, want.iter().map(elem_json).collect()));
             }
+            next_sets.push((name, SetChange::Created((ty, want))));
+            continue;
         };
-        let gone: Vec<Value> = have.difference(&want).map(elem_json).collect();
-        let new: Vec<Value> = want.difference(have).map(elem_json).collect();
-        if !gone.is_empty() {
-            elems.push(rules::elements("delete", &name, gone));
+        let (mut added, mut deleted) = (Vec::new(), Vec::new());
+        for e in pending {
+            match (set.elems.contains_key(&e), have.contains(&e)) {
+                (true, false) => added.push(e),
+                (false, true) => deleted.push(e),
+                _ => {}
+            }
         }
-        if !new.is_empty() {
-            elems.push(rules::elements("add", &name, new));
+        if !deleted.is_empty() {
+            elems.push(rules::elements("delete", &name, deleted.iter().map(elem_json).collect()));
         }
-        if !applied.sets.contains_key(&name) || want != *have {
-            next_sets.push((name, Some((ty, want))));
+        if !added.is_empty() {
+            elems.push(rules::elements("add", &name, added.iter().map(elem_json).collect()));
+        }
+        if !added.is_empty() || !deleted.is_empty() {
+            next_sets.push((name, SetChange::Elements { added, deleted }));
         }
     }
     let mut next_chains = Vec::new();
@@ -605,7 +714,7 @@ fn partial_transaction(st: &mut State, applied: &Applied) -> (Vec<Value>, Next) 
     let mut delete_sets = Vec::new();
     for name in applied.sets.keys().filter(|n| !st.sets.contains_key(*n)) {
         delete_sets.push(rules::delete_set(name));
-        next_sets.push((name.clone(), None));
+        next_sets.push((name.clone(), SetChange::Deleted));
     }
     delete_sets.sort_by_key(|c| c.to_string());
     let mut cmds = add_sets;
@@ -749,6 +858,21 @@ mod tests {
         let chain = v.iter().position(|c| c.starts_with("delete chain")).unwrap();
         let set = v.iter().position(|c| c.starts_with("delete set")).unwrap();
         assert!(dispatch < chain && chain < set, "nothing is deleted while referenced: {v:?}");
+    }
+
+    #[test]
+    fn a_set_released_and_used_again_before_a_sync_is_compared_whole_with_the_kernel() {
+        let (c, book) = controller();
+        c.on_pod(&pod("prod", "api-0", "n2", "10.42.1.7", &[("role", "api")]));
+        c.on_policy(&deny_all_but_api());
+        c.sync().unwrap();
+        c.on_policy_deleted(&deny_all_but_api());
+        c.on_pod(&pod("prod", "api-0", "n2", "10.42.1.8", &[("role", "api")]));
+        c.on_policy(&deny_all_but_api());
+        c.sync().unwrap();
+        let text = serde_json::to_string(&last(&book)).unwrap();
+        assert!(text.contains(r#""delete":{"element":{"family":"ip","table":"skiff-netpol","name":"sel-"#), "{text}");
+        assert!(text.contains("10.42.1.7") && text.contains("10.42.1.8"), "old address out, new in: {text}");
     }
 
     #[test]

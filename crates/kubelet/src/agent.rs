@@ -90,6 +90,9 @@ pub struct AgentConfig {
     /// Whether the node proxy ([`skiff_proxy`], kube-proxy's nftables mode) programs this
     /// host's Service rules (k3s's `--disable-kube-proxy` turns it off).
     pub kube_proxy: bool,
+    /// Whether NetworkPolicies are enforced on this host's pods ([`skiff_netpol`], in
+    /// nftables beside the node proxy's table; k3s's `--disable-network-policy` turns it off).
+    pub network_policy: bool,
 }
 
 impl AgentConfig {
@@ -113,6 +116,7 @@ impl AgentConfig {
             kubelet_port: node::KUBELET_PORT as u16,
             kubelet_client_ca_pem: None,
             kube_proxy: true,
+            network_policy: true,
         }
     }
 
@@ -327,6 +331,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         }
     };
     let proxy = node_proxy(client.clone(), &node_name, &pod_cidr, cfg.kube_proxy);
+    let network_policy = network_policy(client.clone(), &node_name, cfg.network_policy);
     let leases: Api<Lease> = Api::namespaced(client.clone(), lease::NODE_LEASE_NAMESPACE);
     let holder = LeaseHolder { node_name: node_name.clone(), node_uid: registered.metadata.uid.clone() };
     tokio::select! {
@@ -336,6 +341,7 @@ pub async fn run_agent(client: Client, cfg: AgentConfig) -> Result<(), Error> {
         _ = workers.run() => {}
         _ = server => {}
         _ = proxy => {}
+        _ = network_policy => {}
     }
     drop(managed);
     Ok(())
@@ -363,6 +369,42 @@ fn node_proxy(client: Client, node_name: &str, pod_cidr: &str, enabled: bool) ->
             skiff_proxy::run_proxy(client, cfg, Arc::new(nft)).await;
         } else if enabled {
             tracing::warn!("no `nft` program (Debian package nftables): Services are not proxied on this node");
+        }
+        std::future::pending::<()>().await
+    }
+}
+
+/// NetworkPolicy enforcement on this host's nftables, if enabled and `nft` is installed;
+/// never returns. Pods on the CNI bridge reach each other through the `forward` hook only when
+/// bridged IPv4 traffic is passed to it (`net.bridge.bridge-nf-call-iptables`, br_netfilter,
+/// which kube-network-policies requires too), so it is turned on when off.
+fn network_policy(client: Client, node_name: &str, enabled: bool) -> impl std::future::Future<Output = ()> {
+    let cfg = skiff_netpol::ControllerConfig::node(node_name);
+    async move {
+        let nft = skiff_proxy::NftCommand::default();
+        let available = enabled
+            && tokio::task::spawn_blocking({
+                let nft = nft.clone();
+                move || nft.is_available()
+            })
+            .await
+            .unwrap_or(false);
+        if available {
+            const BRIDGE_NF: &str = "/proc/sys/net/bridge/bridge-nf-call-iptables";
+            match std::fs::read_to_string(BRIDGE_NF) {
+                Ok(v) if v.trim() == "1" => {}
+                Ok(_) => {
+                    if let Err(e) = std::fs::write(BRIDGE_NF, "1") {
+                        tracing::warn!(error = %e, "cannot turn on {BRIDGE_NF}: NetworkPolicies will not see traffic between pods of this node");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no {BRIDGE_NF} (br_netfilter): NetworkPolicies will not see traffic between pods of this node")
+                }
+            }
+            skiff_netpol::run_network_policy(client, cfg, Arc::new(nft)).await;
+        } else if enabled {
+            tracing::warn!("no `nft` program (Debian package nftables): NetworkPolicies are not enforced on this node");
         }
         std::future::pending::<()>().await
     }

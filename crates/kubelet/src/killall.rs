@@ -23,7 +23,7 @@ pub struct KillallReport {
     pub unmounted: Vec<PathBuf>,
     /// Network links deleted (the node's pod bridge).
     pub deleted_links: Vec<String>,
-    /// nftables tables deleted (the node proxy's `ip skiff-proxy`).
+    /// nftables tables deleted (the node proxy's `ip skiff-proxy`, NetworkPolicy's `ip skiff-netpol`).
     pub deleted_tables: Vec<String>,
 }
 
@@ -105,7 +105,7 @@ fn cmdline_mentions(pid: i32, dir: &str) -> bool {
 /// process whose command line names the directory (containerd, its shims) or that lives in a
 /// network namespace bind-mounted under it (the pods' containers), then detaches every mount
 /// under it, deepest first, and removes the pod network's masquerade rule, the node proxy's
-/// nftables table and the node's bridge (when it still has this node's gateway address and no
+/// and NetworkPolicy's nftables tables and the node's bridge (when it still has this node's gateway address and no
 /// other). The calling process
 /// is never killed. Needs root; errors are skipped (what could not be done is simply missing
 /// from the report).
@@ -118,6 +118,9 @@ pub fn killall(data_dir: &Path) -> KillallReport {
         let nft = skiff_proxy::NftCommand::default();
         if nft.is_available() && skiff_proxy::cleanup(&nft).is_ok() {
             report.deleted_tables.push(format!("ip {}", skiff_proxy::rules::TABLE));
+        }
+        if nft.is_available() && skiff_netpol::cleanup(&nft).is_ok() {
+            report.deleted_tables.push(format!("ip {}", skiff_netpol::rules::TABLE));
         }
     }
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());

@@ -78,6 +78,9 @@ pub struct SimulatedNodesConfig {
     pub heartbeat_interval: Duration,
     /// Concurrent API calls for pod status and deletions.
     pub workers: usize,
+    /// Whether the nodes keep NetworkPolicy bookkeeping: a [`skiff_netpol::Controller`] over
+    /// their pods with no kernel behind it ([`skiff_netpol::NoKernel`]).
+    pub network_policy: bool,
 }
 
 impl Default for SimulatedNodesConfig {
@@ -97,6 +100,7 @@ impl Default for SimulatedNodesConfig {
             node_ip_base: Ipv4Addr::new(172, 16, 0, 0),
             heartbeat_interval: lease::RENEW_INTERVAL,
             workers: 16,
+            network_policy: true,
         }
     }
 }
@@ -301,6 +305,9 @@ impl SimulatedNodes {
         for _ in 0..2 {
             tasks.spawn(node_worker(Arc::clone(&state)));
         }
+        if state.cfg.network_policy {
+            network_policy_bookkeeping(&client, &state.pods, &names, &mut tasks);
+        }
         Ok(SimulatedNodes { names, tasks })
     }
 
@@ -317,6 +324,41 @@ impl SimulatedNodes {
             }
         }
     }
+}
+
+/// NetworkPolicy bookkeeping of the simulated nodes: one controller for all of them, fed by
+/// their bound-pod informer and its own Namespace and NetworkPolicy informers, programming no
+/// kernel.
+fn network_policy_bookkeeping(client: &Client, pods: &Arc<Informer<Pod>>, names: &[String], tasks: &mut JoinSet<()>) {
+    let cfg = skiff_netpol::ControllerConfig {
+        nodes: names.iter().cloned().collect(),
+        min_sync_period: skiff_netpol::DEFAULT_MIN_SYNC_PERIOD,
+    };
+    let controller = skiff_netpol::Controller::new(cfg, Arc::new(skiff_netpol::NoKernel));
+    skiff_netpol::feed_pods(pods, &controller);
+    let namespaces = Arc::new(Informer::with_source(
+        ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+        None,
+        ApiListerWatcher::new(Api::all(client.clone()), watcher::Config::default()),
+    ));
+    let policies = Arc::new(Informer::with_source(
+        ApiResource::erase::<k8s_openapi::api::networking::v1::NetworkPolicy>(&()),
+        None,
+        ApiListerWatcher::new(Api::all(client.clone()), watcher::Config::default()),
+    ));
+    skiff_netpol::feed_namespaces(&namespaces, &controller);
+    skiff_netpol::feed_policies(&policies, &controller);
+    let ready = {
+        let (pods, namespaces, policies) = (pods.clone(), namespaces.clone(), policies.clone());
+        async move {
+            pods.wait_for_sync().await;
+            namespaces.wait_for_sync().await;
+            policies.wait_for_sync().await;
+        }
+    };
+    tasks.spawn(namespaces.run());
+    tasks.spawn(policies.run());
+    tasks.spawn(controller.run(ready));
 }
 
 /// Registers `cfg.count` simulated nodes and serves them until the future is dropped.

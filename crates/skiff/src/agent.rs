@@ -79,6 +79,9 @@ pub struct AgentArgs {
     /// Log verbosity and format (`-v`, `--vmodule`, `--logging-format`).
     #[command(flatten)]
     pub logging: crate::logging::LoggingArgs,
+    /// Do not enforce NetworkPolicies on this host's pods (k3s's flag).
+    #[arg(long)]
+    pub disable_network_policy: bool,
 }
 
 /// The token from `--token` or `--token-file`.
@@ -221,7 +224,8 @@ pub async fn run(args: AgentArgs) -> Result<()> {
 
     let work = async {
         if args.simulated_nodes > 0 {
-            let cfg = simulated_config(&node_name, args.simulated_nodes as usize);
+            let mut cfg = simulated_config(&node_name, args.simulated_nodes as usize);
+            cfg.network_policy = !args.disable_network_policy;
             skiff_kubelet::run_simulated_nodes(client, cfg).await.map_err(anyhow::Error::from)
         } else {
             let mut cfg = skiff_kubelet::AgentConfig::new(&data_dir);
@@ -230,6 +234,7 @@ pub async fn run(args: AgentArgs) -> Result<()> {
             cfg.node_ip = args.node_ip;
             cfg.pod_cidr = args.pod_cidr.clone();
             cfg.kube_proxy = !args.disable_kube_proxy;
+            cfg.network_policy = !args.disable_network_policy;
             cfg.cluster_dns = vec![args.cluster_dns.to_string()];
             cfg.cluster_domain = args.cluster_domain.clone();
             if let Some(path) = &args.resolv_conf {

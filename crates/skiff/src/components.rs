@@ -114,6 +114,7 @@ async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
     cfg.kubelet_client_ca_pem = Some(ctx.ca_pem.clone());
     cfg.pod_cidr = Some(crate::server::local_node_pod_cidr(&ctx.args.cluster_cidr));
     cfg.kube_proxy = !ctx.args.disable_kube_proxy;
+    cfg.network_policy = !ctx.args.disable_network_policy;
     cfg.cluster_dns = vec![ctx.args.cluster_dns.to_string()];
     cfg.cluster_domain = ctx.args.cluster_domain.clone();
     if let Some(path) = &ctx.args.resolv_conf {
@@ -130,7 +131,11 @@ async fn agent(ctx: ComponentContext) -> anyhow::Result<()> {
 
 /// `--simulated-nodes N`: KWOK-style nodes whose pods run without containers.
 async fn simulated_nodes(ctx: ComponentContext) -> anyhow::Result<()> {
-    let cfg = skiff_kubelet::SimulatedNodesConfig { count: ctx.args.simulated_nodes as usize, ..Default::default() };
+    let cfg = skiff_kubelet::SimulatedNodesConfig {
+        count: ctx.args.simulated_nodes as usize,
+        network_policy: !ctx.args.disable_network_policy,
+        ..Default::default()
+    };
     let mut stop = ctx.shutdown.clone();
     tokio::select! {
         r = skiff_kubelet::run_simulated_nodes(ctx.client, cfg) => r.map_err(Into::into),

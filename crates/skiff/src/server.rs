@@ -40,6 +40,9 @@ pub struct ServerArgs {
     /// The local node does not program Service rules (k3s's flag): no node proxy.
     #[arg(long)]
     pub disable_kube_proxy: bool,
+    /// The local node does not enforce NetworkPolicies (k3s's flag).
+    #[arg(long)]
+    pub disable_network_policy: bool,
     /// Register N simulated nodes (no containers) for scheduling experiments.
     #[arg(long, default_value_t = 0)]
     pub simulated_nodes: u32,

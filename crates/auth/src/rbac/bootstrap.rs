@@ -27,7 +27,8 @@
 //!   bootstrap objects are not rewritten. Delete the binding's subjects to restrict old nodes.)
 //! - `system:skiff:simulated-node-agent` (group `system:skiff:simulated-node-agents`): what
 //!   `skiff agent --simulated-nodes` needs to run many KWOK-style nodes under one identity
-//!   (nodes, leases, pod status; no secrets or configmaps).
+//!   (nodes, leases, pod status, and reads of namespaces and NetworkPolicies for their
+//!   NetworkPolicy bookkeeping; no secrets or configmaps).
 //! - `system:node-proxier` (user `system:kube-proxy`) and `system:monitoring`.
 
 use std::collections::BTreeMap;
@@ -284,6 +285,9 @@ fn simulated_node_agent_rules() -> Vec<PolicyRule> {
         policy_rule(&["get", "list", "watch", "delete"], &[""], &["pods"]),
         policy_rule(&["update", "patch"], &[""], &["pods/status"]),
         policy_rule(&["create", "update", "patch"], &["", "events.k8s.io"], &["events"]),
+        // NetworkPolicy bookkeeping: namespace labels and the policies.
+        policy_rule(READ, &[""], &["namespaces"]),
+        policy_rule(READ, &["networking.k8s.io"], &["networkpolicies"]),
     ]
 }
 

@@ -12,6 +12,7 @@ mod harness;
 mod hpa;
 mod jobs;
 mod migrate;
+mod netpol;
 mod podstartup;
 mod proxy;
 mod statefulset;
@@ -64,6 +65,11 @@ pub enum BenchCommand {
     /// transaction being applied, p50/p99, with 10,000 Services and 50,000 endpoints programmed
     /// in a network namespace (target p99 ≤ 100 ms; needs root and `nft`).
     Proxy(proxy::ProxyArgs),
+    /// NetworkPolicy enforcement: time from a pod or namespace label change to the nftables
+    /// transaction enforcing it, p50/p99, with 1,000 policies and 10,000 pods of one node in a
+    /// network namespace (target p99 ≤ 100 ms), next to rebuilding the whole rule set (needs
+    /// root and `nft`).
+    Netpol(netpol::NetpolArgs),
     /// The cluster DNS: queries/s and p99 with dnsperf against skiff's DNS server and,
     /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
     /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
@@ -103,5 +109,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Vap(args) => vap::run(args).await,
+        BenchCommand::Netpol(args) => netpol::run(args).await,
     }
 }

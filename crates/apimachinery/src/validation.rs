@@ -236,6 +236,8 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
         // `ValidateStatefulSetName`: its pods' hostnames are `<name>-<ordinal>`.
         ("apps", "StatefulSet") => NameRule::Dns1123Label,
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+        // `path.IsValidPathSegmentName`, then `version.group` (checked in `validate_api_service`).
+        ("apiregistration.k8s.io", "APIService") => NameRule::PathSegment,
         _ => NameRule::Dns1123Subdomain,
     }
 }
@@ -302,6 +304,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("storage.k8s.io", "StorageClass") => storage::validate_storage_class(&mut e, obj, old),
         ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
         ("batch", "CronJob") => cronjob::validate_cron_job(&mut e, obj, old),
+        ("apiregistration.k8s.io", "APIService") => validate_api_service(&mut e, obj),
         _ => {}
     }
     e.0
@@ -314,6 +317,74 @@ pub fn validate_metadata(obj: &Value, namespaced: bool, old: Option<&Value>) -> 
     let mut e = Errs::default();
     validate_object_meta(&mut e, "", "", obj, namespaced, old);
     e.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// apiregistration.k8s.io.
+
+/// The decoded length of a base64 string (`[]byte` fields are base64 in JSON).
+fn base64_len(b64: &str) -> usize {
+    let b64 = b64.trim_end_matches('=');
+    b64.len() * 3 / 4
+}
+
+/// kube-aggregator's `ValidateAPIService`: the name is `version.group`, only `v1` may have an
+/// empty group, the group is a DNS subdomain and the version a DNS-1035 label, the priorities
+/// are in range, a local APIService (no `service`) has no TLS settings, and a service-backed
+/// one names its Service and does not both skip verification and carry a CA bundle.
+fn validate_api_service(e: &mut Errs, o: &Value) {
+    let spec = o.get("spec").cloned().unwrap_or(Value::Null);
+    let group = s(&spec, "group");
+    let version = s(&spec, "version");
+    let name = o.get("metadata").map(|m| s(m, "name")).unwrap_or("");
+    let required_name = format!("{version}.{group}");
+    let segment_ok = name_errors(NameRule::PathSegment, name, false).is_empty();
+    if !name.is_empty() && segment_ok && name != required_name {
+        e.invalid_str("metadata.name", name, &format!("must be `spec.version+\".\"+spec.group`: {required_name:?}"));
+    }
+    if group.is_empty() && version != "v1" {
+        e.required("spec.group", "only v1 may have an empty group and it better be legacy kube");
+    }
+    if !group.is_empty() {
+        e.names("spec.group", group, names::is_dns1123_subdomain(group));
+    }
+    e.names("spec.version", version, names::is_dns1035_label(version));
+    let group_min = spec.get("groupPriorityMinimum").and_then(Value::as_i64).unwrap_or(0);
+    if group_min <= 0 || group_min > 20000 {
+        e.invalid("spec.groupPriorityMinimum", &Value::from(group_min), "must be positive and less than 20000");
+    }
+    let version_priority = spec.get("versionPriority").and_then(Value::as_i64).unwrap_or(0);
+    if version_priority <= 0 || version_priority > 1000 {
+        e.invalid("spec.versionPriority", &Value::from(version_priority), "must be positive and less than 1000");
+    }
+    let ca_bundle = base64_len(s(&spec, "caBundle"));
+    let insecure = spec.get("insecureSkipTLSVerify").and_then(Value::as_bool).unwrap_or(false);
+    let Some(service) = spec.get("service").filter(|v| v.is_object()) else {
+        if ca_bundle != 0 {
+            e.invalid_raw(
+                "spec.caBundle",
+                &format!("\"{ca_bundle} bytes\""),
+                "local APIServices may not have a caBundle",
+            );
+        }
+        if insecure {
+            e.invalid(
+                "spec.insecureSkipTLSVerify",
+                &Value::Bool(true),
+                "local APIServices may not have insecureSkipTLSVerify",
+            );
+        }
+        return;
+    };
+    if s(service, "namespace").is_empty() {
+        e.required("spec.service.namespace", "");
+    }
+    if s(service, "name").is_empty() {
+        e.required("spec.service.name", "");
+    }
+    if insecure && ca_bundle > 0 {
+        e.invalid("spec.insecureSkipTLSVerify", &Value::Bool(true), "may not be true if caBundle is present");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1606,6 +1677,67 @@ mod tests {
                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}
             }
         })
+    }
+
+    fn api_service(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": name}, "spec": spec})
+    }
+
+    #[test]
+    fn an_apiservice_is_named_version_dot_group_with_priorities_in_range() {
+        let av = "apiregistration.k8s.io/v1";
+        let good = json!({"group": "wardle.example.com", "version": "v1alpha1", "groupPriorityMinimum": 1000,
+            "versionPriority": 15, "service": {"namespace": "wardle", "name": "api", "port": 443}, "insecureSkipTLSVerify": true});
+        check(av, "APIService", api_service("v1alpha1.wardle.example.com", good.clone()), None, &[]);
+        check(
+            av,
+            "APIService",
+            api_service("v1.wardle.example.com", good.clone()),
+            None,
+            &[
+                "metadata.name: Invalid value: \"v1.wardle.example.com\": must be `spec.version+\".\"+spec.group`: \"v1alpha1.wardle.example.com\"",
+            ],
+        );
+        check(
+            av,
+            "APIService",
+            api_service("v2.", json!({"version": "v2", "groupPriorityMinimum": 0, "versionPriority": 1001})),
+            None,
+            &[
+                "spec.group: Required value: only v1 may have an empty group and it better be legacy kube",
+                "spec.groupPriorityMinimum: Invalid value: 0: must be positive and less than 20000",
+                "spec.versionPriority: Invalid value: 1001: must be positive and less than 1000",
+            ],
+        );
+    }
+
+    #[test]
+    fn an_apiservice_may_not_both_skip_verification_and_carry_a_ca_bundle_and_a_local_one_has_neither() {
+        let av = "apiregistration.k8s.io/v1";
+        let both = json!({"group": "x.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+            "service": {"namespace": "", "name": "api"}, "insecureSkipTLSVerify": true, "caBundle": "AAAA"});
+        check(
+            av,
+            "APIService",
+            api_service("v1.x.io", both),
+            None,
+            &[
+                "spec.service.namespace: Required value",
+                "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present",
+            ],
+        );
+        let local = json!({"group": "x.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+            "insecureSkipTLSVerify": true, "caBundle": "AAAA"});
+        check(
+            av,
+            "APIService",
+            api_service("v1.x.io", local),
+            None,
+            &[
+                "spec.caBundle: Invalid value: \"3 bytes\": local APIServices may not have a caBundle",
+                "spec.insecureSkipTLSVerify: Invalid value: true: local APIServices may not have insecureSkipTLSVerify",
+            ],
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! - [`registry`]: the generic store over the [`Backend`], the per-resource strategies,
 //!   conversion, typed decoding, validation, managedFields, custom resources, subresources and
 //!   computed resources.
+//! - [`aggregator`]: API aggregation (APIServices, the proxy to aggregated servers, their
+//!   availability and discovery).
 //! - [`admission`]: the admission seam and chain (and the controllers that keep what it reads
 //!   current).
 //! - [`storage`]: the watch caches and their listers.
@@ -30,6 +32,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admission;
+pub mod aggregator;
 pub mod auth;
 pub mod controlplane;
 pub mod endpoints;
@@ -98,6 +101,8 @@ pub struct AppState {
     pub kubelet_tls: Option<Arc<rustls::ClientConfig>>,
     /// Handlers of virtual resources and subresources by (group, resource, subresource).
     pub virtuals: HashMap<(String, String, String), Arc<dyn registry::virtual_resources::VirtualHandler>>,
+    /// API aggregation: the front proxy's certificate and the aggregated servers' discovery.
+    pub aggregator: Arc<aggregator::Aggregator>,
 }
 
 impl AppState {
@@ -343,6 +348,7 @@ impl ApiServer {
                 &pki.kubelet_client.key_pem,
             )?),
             virtuals,
+            aggregator: Arc::new(aggregator::Aggregator::new(pki.front_proxy_client.clone())),
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
@@ -362,6 +368,8 @@ impl ApiServer {
         let kubernetes_service =
             tokio::spawn(controlplane::kubernetesservice::run(state.clone(), me, system_services, shutdown_rx.clone()));
         cache_tasks.push(tokio::spawn(registry::crd::run(state.clone())));
+        cache_tasks.push(tokio::spawn(aggregator::available::run(state.clone())));
+        controlplane::clusterauthenticationtrust::publish(&state, &pki).await?;
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);
         }

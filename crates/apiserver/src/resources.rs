@@ -240,6 +240,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const DEPLOY_SUBS: &[Subresource] = &[scale(), status("Deployment")];
     const RS_SUBS: &[Subresource] = &[scale(), status("ReplicaSet")];
     const CRD_SUBS: &[Subresource] = &[status("CustomResourceDefinition")];
+    const APISERVICE_SUBS: &[Subresource] = &[status("APIService")];
     const STS_SUBS: &[Subresource] = &[scale(), status("StatefulSet")];
     const DS_SUBS: &[Subresource] = &[status("DaemonSet")];
     const RC_SUBS: &[Subresource] = &[scale(), status("ReplicationController")];
@@ -460,6 +461,13 @@ pub fn builtin() -> Vec<ResourceDef> {
                 "customresourcedefinition",
                 "CustomResourceDefinition",
             )
+        },
+        ResourceDef {
+            namespaced: false,
+            categories: &["api-extensions"],
+            subresources: APISERVICE_SUBS,
+            storage: "apiregistration.k8s.io/apiservices",
+            ..def("apiregistration.k8s.io", "apiservices", "apiservice", "APIService")
         },
     ]
 }

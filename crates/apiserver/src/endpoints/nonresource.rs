@@ -93,7 +93,9 @@ pub async fn handle(state: &AppState, parts: &Parts, path: &str, q: &Query) -> R
             Some(l) => json_response(StatusCode::OK, &l),
             None => not_found(),
         },
-        ["apis", g] => match crate::endpoints::discovery::api_group(&state.registry, g) {
+        ["apis", g] => match crate::endpoints::discovery::api_group(&state.registry, g)
+            .or_else(|| crate::aggregator::legacy_group(state, g))
+        {
             Some(l) => json_response(StatusCode::OK, &l),
             None => not_found(),
         },

@@ -175,6 +175,9 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             add::<apiextensions::v1::CustomResourceDefinition>(g)
         }
+        ("apiregistration.k8s.io/v1", "APIService") => {
+            add::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(g)
+        }
         _ => return None,
     })
 }

@@ -34,6 +34,16 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         Ok(q) => q,
         Err(e) => return error_response(&e),
     };
+    // A group-version an aggregated server claims goes to it, authorized from the path alone
+    // (kube-aggregator's proxy handler sits in front of the local handlers).
+    if let Some(api_service) = crate::aggregator::remote_for_path(&state, &path) {
+        let Some(user) = &user else { return error_response(&skiff_apimachinery::ApiError::unauthorized()) };
+        let attrs = crate::aggregator::proxy::attributes(&parts.method, &path, &q);
+        if let Err(e) = state.authorizer.authorize(user, &attrs) {
+            return error_response(&e);
+        }
+        return crate::aggregator::proxy::serve(&state, &parts, body, &api_service, user).await;
+    }
     let info = match parse_resource_path(&state, &parts.method, &path, &q) {
         Ok(i) => i,
         Err(e) => return error_response(&e),

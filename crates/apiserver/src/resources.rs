@@ -55,6 +55,9 @@ pub struct CustomResource {
     pub scale: Option<ScalePaths>,
     /// The watch cache of the CRD's objects.
     pub cache: Arc<WatchCache>,
+    /// The conversion webhook (`spec.conversion.strategy: Webhook`); `None`: objects are served
+    /// at every version with only `apiVersion` rewritten.
+    pub webhook: Option<crate::registry::crd::conversion::WebhookConverter>,
 }
 
 impl PartialEq for CustomResource {
@@ -65,6 +68,7 @@ impl PartialEq for CustomResource {
             && self.preserve_unknown_fields == o.preserve_unknown_fields
             && self.printer_columns == o.printer_columns
             && self.scale == o.scale
+            && self.webhook == o.webhook
             && Arc::ptr_eq(&self.cache, &o.cache)
     }
 }

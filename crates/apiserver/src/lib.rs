@@ -429,9 +429,10 @@ impl ApiServer {
         &self.state
     }
 
-    /// True when the store answers and every watch cache has loaded.
+    /// True when every watch cache has loaded and every Local APIService is registered and
+    /// Available (kube-apiserver's `autoregister-completion`).
     pub fn is_ready(&self) -> bool {
-        self.state.caches.values().all(|c| c.is_ready())
+        self.state.caches.values().all(|c| c.is_ready()) && self.state.aggregator.is_synced()
     }
 
     /// Waits until [`ApiServer::is_ready`].

@@ -246,8 +246,13 @@ fn with_condition(api_service: &Value, status: &str, reason: &str, message: &str
 async fn sync(state: &AppState, def: &ResourceDef, objects: &[Arc<Value>]) -> Result<(), ApiError> {
     let opts = WriteOptions::default();
     let desired = local_api_services(state);
+    // Ready once a pass finds every Local APIService registered and Available.
+    let mut local_complete = true;
     for d in &desired {
         let name = meta_str(d, "name");
+        if !objects.iter().any(|o| meta_str(o, "name") == name && super::is_available(o)) {
+            local_complete = false;
+        }
         if !objects.iter().any(|o| meta_str(o, "name") == name) {
             match state.objects.create(def, "", d.clone(), None, &opts).await {
                 Ok(_) => {}
@@ -299,6 +304,9 @@ async fn sync(state: &AppState, def: &ResourceDef, objects: &[Arc<Value>]) -> Re
     }
     let names: Vec<&str> = objects.iter().map(|o| meta_str(o, "name")).collect();
     state.aggregator.retain_discovery(&names);
+    if local_complete {
+        state.aggregator.set_synced();
+    }
     Ok(())
 }
 

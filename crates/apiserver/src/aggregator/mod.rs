@@ -19,6 +19,7 @@ pub mod proxy;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 use serde_json::{Value, json};
@@ -41,12 +42,25 @@ pub struct Aggregator {
     /// The `APIResourceList` each service-backed APIService answered its last successful
     /// discovery check with, by APIService name.
     discovery: RwLock<HashMap<String, Value>>,
+    /// Every Local APIService exists and is Available (kube-apiserver's
+    /// `autoregister-completion` readiness check).
+    synced: AtomicBool,
 }
 
 impl Aggregator {
     /// An aggregator presenting `front_proxy` to aggregated servers.
     pub fn new(front_proxy: CertPair) -> Self {
-        Self { front_proxy, discovery: RwLock::default() }
+        Self { front_proxy, discovery: RwLock::default(), synced: AtomicBool::new(false) }
+    }
+
+    /// True once every Local APIService has been registered and marked Available.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Records that every Local APIService is registered and Available.
+    pub(crate) fn set_synced(&self) {
+        self.synced.store(true, Ordering::Release);
     }
 
     /// Records the discovery document of APIService `name` (`None`: forget it).

@@ -56,6 +56,7 @@ async fn health(state: &AppState, path: &str, q: &Query) -> Response {
     }
     if path.starts_with("/readyz") {
         checks.push(("informer-sync", state.caches.values().all(|c| c.is_ready())));
+        checks.push(("autoregister-completion", state.aggregator.is_synced()));
         checks.push(("shutdown", !*state.shutdown.borrow()));
     }
     let ok = checks.iter().all(|(_, ok)| *ok);

@@ -37,6 +37,13 @@ fn answer(path: &str, user: &str, groups: &[String]) -> (u16, serde_json::Value)
     if path == gv {
         return (200, resource_list());
     }
+    if path == format!("/openapi/v3{gv}") {
+        return (
+            200,
+            serde_json::json!({"openapi": "3.0.0", "info": {"title": "wardle", "version": "v1alpha1"}, "paths": {},
+            "components": {"schemas": {"com.example.wardle.v1alpha1.Flunder": {"type": "object"}}}}),
+        );
+    }
     if path.starts_with(&format!("{gv}/namespaces/default/flunders")) {
         let item = serde_json::json!({"apiVersion": format!("{GROUP}/v1alpha1"), "kind": "Flunder",
             "metadata": {"name": "seen", "namespace": "default",
@@ -229,6 +236,13 @@ spec:
     let group: serde_json::Value =
         serde_json::from_str(&server.ok(&["get", "--raw", &format!("/apis/{GROUP}")])).unwrap();
     assert_eq!(group["preferredVersion"]["version"], "v1alpha1");
+
+    // OpenAPI v3: the index links the group-version, whose document comes from the server.
+    let index: serde_json::Value = serde_json::from_str(&server.ok(&["get", "--raw", "/openapi/v3"])).unwrap();
+    let url =
+        index["paths"][format!("apis/{GROUP}/v1alpha1")]["serverRelativeURL"].as_str().expect("indexed").to_string();
+    let doc: serde_json::Value = serde_json::from_str(&server.ok(&["get", "--raw", &url])).unwrap();
+    assert!(doc["components"]["schemas"]["com.example.wardle.v1alpha1.Flunder"].is_object(), "{doc}");
 
     // The built-in group-versions are Local APIServices.
     let listed = server.ok(&["get", "apiservices"]);

@@ -104,6 +104,39 @@ pub fn is_available(api_service: &Value) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Available" && c["status"] == "True"))
 }
 
+/// The `/openapi/v3` index entries (`apis/<group>/<version>` → `serverRelativeURL`) of the
+/// group-versions aggregated servers serve that are not served here; each document is fetched
+/// from its server through the proxy (kube-aggregator's OpenAPI v3 aggregation forwards each
+/// group-version's document as it is). The hash is the APIService's resourceVersion.
+pub fn openapi_v3_paths(state: &AppState) -> Vec<(String, Value)> {
+    let local: Vec<&str> = state.registry.groups().into_iter().map(|(g, _)| g).collect();
+    api_services(state)
+        .iter()
+        .filter(|s| is_remote(s) && is_available(s))
+        .filter_map(|s| {
+            let (g, v) = (s["spec"]["group"].as_str()?, s["spec"]["version"].as_str()?);
+            if g.is_empty() || local.contains(&g) {
+                return None;
+            }
+            let hash = crate::util::meta_str(s, "resourceVersion");
+            Some((
+                format!("apis/{g}/{v}"),
+                json!({"serverRelativeURL": format!("/openapi/v3/apis/{g}/{v}?hash={hash}")}),
+            ))
+        })
+        .collect()
+}
+
+/// The service-backed APIService serving the OpenAPI v3 document at `path`
+/// (`/openapi/v3/apis/<group>/<version>`), if any.
+pub fn remote_for_openapi_path(state: &AppState, path: &str) -> Option<Arc<Value>> {
+    let rest = path.strip_prefix("/openapi/v3")?;
+    if rest.trim_matches('/').split('/').count() != 3 {
+        return None;
+    }
+    remote_for_path(state, rest)
+}
+
 /// The service-backed APIService claiming the group-version of `path` (`/apis/<group>/<version>`
 /// and below), if any. `/apis/<group>` alone is answered here, as kube-aggregator does.
 pub fn remote_for_path(state: &AppState, path: &str) -> Option<Arc<Value>> {

@@ -56,8 +56,8 @@ pub fn attributes(method: &Method, path: &str, q: &Query) -> Attributes {
         resource_request: false,
         field_selector: String::new(),
     };
-    let [_, group, version, rest @ ..] = segs.as_slice() else { return non_resource() };
-    if rest.is_empty() {
+    let [first, group, version, rest @ ..] = segs.as_slice() else { return non_resource() };
+    if *first != "apis" || rest.is_empty() {
         return non_resource();
     }
     // `namespaces/<ns>` alone names the namespace itself, not a namespace scope.
@@ -275,10 +275,13 @@ mod tests {
     }
 
     #[test]
-    fn a_group_version_path_is_a_non_resource_request() {
+    fn a_group_version_path_and_its_openapi_document_are_non_resource_requests() {
         let a = attrs(Method::GET, "/apis/wardle.example.com/v1alpha1", &[]);
         assert!(!a.resource_request);
         assert_eq!(a.verb, "get");
+        let a = attrs(Method::GET, "/openapi/v3/apis/wardle.example.com/v1alpha1", &[]);
+        assert!(!a.resource_request);
+        assert_eq!(a.path, "/openapi/v3/apis/wardle.example.com/v1alpha1");
     }
 
     #[test]

@@ -35,8 +35,11 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
         Err(e) => return error_response(&e),
     };
     // A group-version an aggregated server claims goes to it, authorized from the path alone
-    // (kube-aggregator's proxy handler sits in front of the local handlers).
-    if let Some(api_service) = crate::aggregator::remote_for_path(&state, &path) {
+    // (kube-aggregator's proxy handler sits in front of the local handlers); so does its
+    // OpenAPI v3 document.
+    let aggregated = crate::aggregator::remote_for_path(&state, &path)
+        .or_else(|| crate::aggregator::remote_for_openapi_path(&state, &path));
+    if let Some(api_service) = aggregated {
         let Some(user) = &user else { return error_response(&skiff_apimachinery::ApiError::unauthorized()) };
         let attrs = crate::aggregator::proxy::attributes(&parts.method, &path, &q);
         if let Err(e) = state.authorizer.authorize(user, &attrs) {

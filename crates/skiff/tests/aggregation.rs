@@ -229,6 +229,31 @@ spec:
     let groups = seen["remote-groups"].as_str().unwrap();
     assert!(groups.split(',').any(|g| g == "system:masters") && groups.contains("system:authenticated"), "{groups}");
 
+    // Authorized here from the path: jane may not list flunders; impersonated, she is who the
+    // server is told about, and a forged X-Remote-Group never reaches it.
+    let flunders = format!("/apis/{GROUP}/v1alpha1/namespaces/default/flunders");
+    let err = server.fails(&["get", "--raw", &flunders, "--as", "jane"]);
+    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+    let raw = server.ok(&["get", "--raw", &flunders, "--as", "jane", "--as-group", "system:masters"]);
+    let list: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["annotations"]["remote-user"], "jane", "{list}");
+    let data = server.dir.path().join("data/tls");
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(data.join("ca.crt"))
+        .arg("--cert")
+        .arg(data.join("admin.crt"))
+        .arg("--key")
+        .arg(data.join("admin.key"))
+        .args(["-H", "X-Remote-Group: forged", "-H", "X-Remote-User: mallory"])
+        .arg(format!("https://127.0.0.1:{}{flunders}", server.port))
+        .output()
+        .unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a list");
+    let seen = &list["items"][0]["metadata"]["annotations"];
+    assert_eq!(seen["remote-user"], "system:admin", "{list}");
+    assert!(!seen["remote-groups"].as_str().unwrap().contains("forged"), "{list}");
+
     // Discovery: the group in /apis and kubectl's aggregated discovery.
     assert!(server.ok(&["api-versions"]).lines().any(|l| l == format!("{GROUP}/v1alpha1")));
     let resources = server.ok(&["api-resources", "--api-group", GROUP]);

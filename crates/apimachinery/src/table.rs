@@ -403,6 +403,13 @@ pub fn column_definitions(api_version: &str, kind: &str) -> Vec<Value> {
             ),
             col("Age", "string", "", AGE_DOC, 0),
         ],
+        // kube-aggregator's `pkg/registry/apiservice/etcd` table convertor.
+        ("apiregistration.k8s.io", "APIService") => vec![
+            name_col(),
+            col("Service", "string", "", "The reference to the service that hosts this API endpoint.", 0),
+            col("Available", "string", "", "Whether this service is available.", 0),
+            age_col(),
+        ],
         ("scheduling.k8s.io", "PriorityClass") => vec![
             name_col(),
             col(
@@ -960,6 +967,24 @@ pub fn row_cells(api_version: &str, kind: &str, obj: &Value, now: SystemTime) ->
                 json!(obj.get("allowVolumeExpansion").and_then(Value::as_bool).unwrap_or(false)),
                 age(),
             ]
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            let service = match obj.pointer("/spec/service").filter(|v| v.is_object()) {
+                Some(svc) => format!("{}/{}", s(svc, "/namespace"), s(svc, "/name")),
+                None => "Local".to_string(),
+            };
+            let available = obj
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Available"))
+                .map_or_else(
+                    || "Unknown".to_string(),
+                    |c| match s(c, "/status") {
+                        "True" => "True".to_string(),
+                        other => format!("{other} ({})", s(c, "/reason")),
+                    },
+                );
+            vec![name, json!(service), json!(available), age()]
         }
         ("scheduling.k8s.io", "PriorityClass") => vec![
             name,
@@ -1977,6 +2002,23 @@ mod tests {
         let specs = [m("cpu", "500m"), m("memory", "100Mi"), m("ephemeral-storage", "1Gi")];
         assert_eq!(hpa_targets(&specs, &[]), "cpu: <unknown>/500m, memory: <unknown>/100Mi + 1 more...");
         assert_eq!(hpa_targets(&[], &[]), "<none>");
+    }
+
+    #[test]
+    fn an_apiservice_shows_its_service_or_local_and_its_available_condition_with_the_reason() {
+        let local = json!({"metadata": {"name": "v1.apps", "creationTimestamp": ago(5)}, "spec": {"group": "apps"},
+            "status": {"conditions": [{"type": "Available", "status": "True", "reason": "Local"}]}});
+        check("apiregistration.k8s.io/v1", "APIService", local, json!(["v1.apps", "Local", "True", "5s"]));
+        let remote = json!({"metadata": {"name": "v1.x.io", "creationTimestamp": ago(5)},
+            "spec": {"service": {"namespace": "ns", "name": "api"}},
+            "status": {"conditions": [{"type": "Available", "status": "False", "reason": "MissingEndpoints"}]}});
+        assert_eq!(
+            row_cells("apiregistration.k8s.io/v1", "APIService", &remote, now())[1..3],
+            [json!("ns/api"), json!("False (MissingEndpoints)")]
+        );
+        let unknown = json!({"metadata": {"name": "v1.x.io"}, "spec": {}});
+        assert_eq!(row_cells("apiregistration.k8s.io/v1", "APIService", &unknown, now())[2], json!("Unknown"));
+        assert_eq!(column_definitions("apiregistration.k8s.io/v1", "APIService").len(), 4);
     }
 
     #[test]

@@ -238,6 +238,8 @@ fn name_rule(group: &str, kind: &str) -> NameRule {
         // `ValidateStatefulSetName`: its pods' hostnames are `<name>-<ordinal>`.
         ("apps", "StatefulSet") => NameRule::Dns1123Label,
         ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+        // `path.IsValidPathSegmentName`, then `version.group` (checked in `validate_api_service`).
+        ("apiregistration.k8s.io", "APIService") => NameRule::PathSegment,
         _ => NameRule::Dns1123Subdomain,
     }
 }
@@ -305,6 +307,7 @@ pub fn validate(api_version: &str, kind: &str, obj: &Value, old: Option<&Value>)
         ("policy", "PodDisruptionBudget") => validate_pdb(&mut e, obj),
         ("batch", "CronJob") => cronjob::validate_cron_job(&mut e, obj, old),
         ("autoscaling", "HorizontalPodAutoscaler") => autoscaling::validate_hpa(&mut e, obj, old),
+        ("apiregistration.k8s.io", "APIService") => validate_api_service(&mut e, obj),
         _ => {}
     }
     e.0
@@ -317,6 +320,74 @@ pub fn validate_metadata(obj: &Value, namespaced: bool, old: Option<&Value>) -> 
     let mut e = Errs::default();
     validate_object_meta(&mut e, "", "", obj, namespaced, old);
     e.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// apiregistration.k8s.io.
+
+/// The decoded length of a base64 string (`[]byte` fields are base64 in JSON).
+fn base64_len(b64: &str) -> usize {
+    let b64 = b64.trim_end_matches('=');
+    b64.len() * 3 / 4
+}
+
+/// kube-aggregator's `ValidateAPIService`: the name is `version.group`, only `v1` may have an
+/// empty group, the group is a DNS subdomain and the version a DNS-1035 label, the priorities
+/// are in range, a local APIService (no `service`) has no TLS settings, and a service-backed
+/// one names its Service and does not both skip verification and carry a CA bundle.
+fn validate_api_service(e: &mut Errs, o: &Value) {
+    let spec = o.get("spec").cloned().unwrap_or(Value::Null);
+    let group = s(&spec, "group");
+    let version = s(&spec, "version");
+    let name = o.get("metadata").map(|m| s(m, "name")).unwrap_or("");
+    let required_name = format!("{version}.{group}");
+    let segment_ok = name_errors(NameRule::PathSegment, name, false).is_empty();
+    if !name.is_empty() && segment_ok && name != required_name {
+        e.invalid_str("metadata.name", name, &format!("must be `spec.version+\".\"+spec.group`: {required_name:?}"));
+    }
+    if group.is_empty() && version != "v1" {
+        e.required("spec.group", "only v1 may have an empty group and it better be legacy kube");
+    }
+    if !group.is_empty() {
+        e.names("spec.group", group, names::is_dns1123_subdomain(group));
+    }
+    e.names("spec.version", version, names::is_dns1035_label(version));
+    let group_min = spec.get("groupPriorityMinimum").and_then(Value::as_i64).unwrap_or(0);
+    if group_min <= 0 || group_min > 20000 {
+        e.invalid("spec.groupPriorityMinimum", &Value::from(group_min), "must be positive and less than 20000");
+    }
+    let version_priority = spec.get("versionPriority").and_then(Value::as_i64).unwrap_or(0);
+    if version_priority <= 0 || version_priority > 1000 {
+        e.invalid("spec.versionPriority", &Value::from(version_priority), "must be positive and less than 1000");
+    }
+    let ca_bundle = base64_len(s(&spec, "caBundle"));
+    let insecure = spec.get("insecureSkipTLSVerify").and_then(Value::as_bool).unwrap_or(false);
+    let Some(service) = spec.get("service").filter(|v| v.is_object()) else {
+        if ca_bundle != 0 {
+            e.invalid_raw(
+                "spec.caBundle",
+                &format!("\"{ca_bundle} bytes\""),
+                "local APIServices may not have a caBundle",
+            );
+        }
+        if insecure {
+            e.invalid(
+                "spec.insecureSkipTLSVerify",
+                &Value::Bool(true),
+                "local APIServices may not have insecureSkipTLSVerify",
+            );
+        }
+        return;
+    };
+    if s(service, "namespace").is_empty() {
+        e.required("spec.service.namespace", "");
+    }
+    if s(service, "name").is_empty() {
+        e.required("spec.service.name", "");
+    }
+    if insecure && ca_bundle > 0 {
+        e.invalid("spec.insecureSkipTLSVerify", &Value::Bool(true), "may not be true if caBundle is present");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1571,6 +1642,7 @@ fn validate_crd(e: &mut Errs, o: &Value, old: Option<&Value>) {
             }
         }
     }
+    validate_crd_conversion(e, spec);
     if let Some(old) = old.and_then(|o| o.get("spec")) {
         if s(old, "group") != group {
             e.invalid_str("spec.group", group, "field is immutable");
@@ -1578,6 +1650,123 @@ fn validate_crd(e: &mut Errs, o: &Value, old: Option<&Value>) {
         if old.pointer("/names/plural") != spec.pointer("/names/plural") {
             e.invalid_str("spec.names.plural", plural, "field is immutable");
         }
+    }
+}
+
+/// apiextensions' `ValidateCustomResourceConversion` on a v1 CRD's `spec.conversion`, with the
+/// field paths of the internal type kube-apiserver reports (`spec.conversion.webhookClientConfig`,
+/// `spec.conversion.conversionReviewVersions`): the strategy is None or Webhook; a Webhook has
+/// exactly one of an https `url` (host, no user, query or fragment) or a `service` (name,
+/// namespace, a valid port, a path starting with '/'), and review versions naming v1 or
+/// v1beta1; None has neither.
+fn validate_crd_conversion(e: &mut Errs, spec: &Value) {
+    let Some(conversion) = spec.get("conversion").filter(|c| c.is_object()) else { return };
+    let strategy = s(conversion, "strategy");
+    match strategy {
+        "" => e.required("spec.conversion.strategy", ""),
+        "None" | "Webhook" => {}
+        other => e.not_supported("spec.conversion.strategy", &Value::from(other), &["None", "Webhook"]),
+    }
+    let webhook = conversion.get("webhook").filter(|w| w.is_object());
+    let client_config = webhook.and_then(|w| w.get("clientConfig")).filter(|c| c.is_object());
+    let review_versions = webhook.map(|w| arr(w, "conversionReviewVersions")).unwrap_or(&[]);
+    let cc_path = "spec.conversion.webhookClientConfig";
+    if strategy != "Webhook" {
+        if client_config.is_some() {
+            e.forbidden(cc_path, "should not be set when strategy is not set to Webhook");
+        }
+        if !review_versions.is_empty() {
+            e.forbidden(
+                "spec.conversion.conversionReviewVersions",
+                "should not be set when strategy is not set to Webhook",
+            );
+        }
+        return;
+    }
+    match client_config {
+        None => e.required(cc_path, "required when strategy is set to Webhook"),
+        Some(cc) => {
+            let url = cc.get("url").and_then(Value::as_str);
+            let service = cc.get("service").filter(|v| v.is_object());
+            match (url, service) {
+                (Some(url), None) => validate_webhook_url(e, &child(cc_path, "url"), url),
+                (None, Some(svc)) => validate_webhook_service(e, &child(cc_path, "service"), svc),
+                _ => e.required(cc_path, "exactly one of url or service is required"),
+            }
+        }
+    }
+    let p = "spec.conversion.conversionReviewVersions";
+    if review_versions.is_empty() {
+        e.required(p, "must include at least one of v1, v1beta1");
+        return;
+    }
+    let mut seen = BTreeSet::new();
+    let mut accepted = false;
+    for (i, v) in review_versions.iter().enumerate() {
+        let v = v.as_str().unwrap_or_default();
+        if !seen.insert(v) {
+            e.invalid_str(&index(p, i), v, "duplicate version");
+            continue;
+        }
+        e.names(&index(p, i), v, names::is_dns1035_label(v));
+        accepted |= matches!(v, "v1" | "v1beta1");
+    }
+    if !accepted {
+        let list: Vec<String> = review_versions.iter().map(|v| v.as_str().unwrap_or_default().to_string()).collect();
+        e.invalid_raw(
+            p,
+            &format!("[]string{{{}}}", list.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ")),
+            "must include at least one of v1, v1beta1",
+        );
+    }
+}
+
+/// k8s.io/apiserver's `ValidateWebhookURL` with https forced.
+fn validate_webhook_url(e: &mut Errs, path: &str, url: &str) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        e.invalid_str(path, url, "host must be specified");
+        return;
+    };
+    if scheme != "https" {
+        e.invalid_str(path, scheme, "'https' is the only allowed URL scheme");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        e.invalid_str(path, url, "user information is not permitted in the URL");
+    }
+    if authority.is_empty() {
+        e.invalid_str(path, authority, "host must be specified");
+    }
+    if rest.contains('#') {
+        e.invalid_str(path, url, "fragments are not permitted in the URL");
+    }
+    if rest.contains('?') {
+        e.invalid_str(path, url, "query parameters are not permitted in the URL");
+    }
+}
+
+/// k8s.io/apiserver's `ValidateWebhookService`.
+fn validate_webhook_service(e: &mut Errs, path: &str, svc: &Value) {
+    if s(svc, "name").is_empty() {
+        e.required(&child(path, "name"), "service name is required");
+    }
+    if s(svc, "namespace").is_empty() {
+        e.required(&child(path, "namespace"), "service namespace is required");
+    }
+    if let Some(port) = svc.get("port").and_then(Value::as_i64)
+        && !(1..=65535).contains(&port)
+    {
+        e.invalid(
+            &child(path, "port"),
+            &Value::from(port),
+            "port is not valid: must be between 1 and 65535, inclusive",
+        );
+    }
+    if let Some(p) = svc.get("path").and_then(Value::as_str)
+        && !p.is_empty()
+        && !p.starts_with('/')
+    {
+        e.invalid_str(&child(path, "path"), p, "must start with a '/'");
     }
 }
 
@@ -1611,6 +1800,123 @@ mod tests {
                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}}
             }
         })
+    }
+
+    fn crd_with_conversion(conversion: Value) -> Value {
+        json!({"metadata": {"name": "crontabs.stable.example.com"}, "spec": {"group": "stable.example.com", "scope": "Namespaced",
+            "names": {"plural": "crontabs", "kind": "CronTab"},
+            "versions": [{"name": "v1", "served": true, "storage": true}, {"name": "v2", "served": true, "storage": false}],
+            "conversion": conversion}})
+    }
+
+    #[test]
+    fn a_webhook_conversion_needs_one_https_url_or_service_and_a_known_review_version() {
+        let av = "apiextensions.k8s.io/v1";
+        let kind = "CustomResourceDefinition";
+        let good = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"namespace": "ns", "name": "conv", "path": "/convert", "port": 443}}}});
+        check(av, kind, crd_with_conversion(good), None, &[]);
+        check(av, kind, crd_with_conversion(json!({"strategy": "None"})), None, &[]);
+        check(
+            av,
+            kind,
+            crd_with_conversion(json!({"strategy": "Webhook"})),
+            None,
+            &[
+                "spec.conversion.webhookClientConfig: Required value: required when strategy is set to Webhook",
+                "spec.conversion.conversionReviewVersions: Required value: must include at least one of v1, v1beta1",
+            ],
+        );
+        check(
+            av,
+            kind,
+            crd_with_conversion(json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v2"],
+                "clientConfig": {"url": "http://conv.example.com/convert"}}})),
+            None,
+            &[
+                "spec.conversion.webhookClientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme",
+                "spec.conversion.conversionReviewVersions: Invalid value: []string{\"v2\"}: must include at least one of v1, v1beta1",
+            ],
+        );
+        check(
+            av,
+            kind,
+            crd_with_conversion(json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1beta1"],
+                "clientConfig": {"url": "https://x/convert", "service": {"namespace": "ns", "name": "conv"}}}})),
+            None,
+            &["spec.conversion.webhookClientConfig: Required value: exactly one of url or service is required"],
+        );
+        check(
+            av,
+            kind,
+            crd_with_conversion(json!({"strategy": "Magic", "webhook": {"clientConfig": {"url": "https://x/"}}})),
+            None,
+            &[
+                "spec.conversion.strategy: Unsupported value: \"Magic\": supported values: \"None\", \"Webhook\"",
+                "spec.conversion.webhookClientConfig: Forbidden: should not be set when strategy is not set to Webhook",
+            ],
+        );
+    }
+
+    fn api_service(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": name}, "spec": spec})
+    }
+
+    #[test]
+    fn an_apiservice_is_named_version_dot_group_with_priorities_in_range() {
+        let av = "apiregistration.k8s.io/v1";
+        let good = json!({"group": "wardle.example.com", "version": "v1alpha1", "groupPriorityMinimum": 1000,
+            "versionPriority": 15, "service": {"namespace": "wardle", "name": "api", "port": 443}, "insecureSkipTLSVerify": true});
+        check(av, "APIService", api_service("v1alpha1.wardle.example.com", good.clone()), None, &[]);
+        check(
+            av,
+            "APIService",
+            api_service("v1.wardle.example.com", good.clone()),
+            None,
+            &[
+                "metadata.name: Invalid value: \"v1.wardle.example.com\": must be `spec.version+\".\"+spec.group`: \"v1alpha1.wardle.example.com\"",
+            ],
+        );
+        check(
+            av,
+            "APIService",
+            api_service("v2.", json!({"version": "v2", "groupPriorityMinimum": 0, "versionPriority": 1001})),
+            None,
+            &[
+                "spec.group: Required value: only v1 may have an empty group and it better be legacy kube",
+                "spec.groupPriorityMinimum: Invalid value: 0: must be positive and less than 20000",
+                "spec.versionPriority: Invalid value: 1001: must be positive and less than 1000",
+            ],
+        );
+    }
+
+    #[test]
+    fn an_apiservice_may_not_both_skip_verification_and_carry_a_ca_bundle_and_a_local_one_has_neither() {
+        let av = "apiregistration.k8s.io/v1";
+        let both = json!({"group": "x.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+            "service": {"namespace": "", "name": "api"}, "insecureSkipTLSVerify": true, "caBundle": "AAAA"});
+        check(
+            av,
+            "APIService",
+            api_service("v1.x.io", both),
+            None,
+            &[
+                "spec.service.namespace: Required value",
+                "spec.insecureSkipTLSVerify: Invalid value: true: may not be true if caBundle is present",
+            ],
+        );
+        let local = json!({"group": "x.io", "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+            "insecureSkipTLSVerify": true, "caBundle": "AAAA"});
+        check(
+            av,
+            "APIService",
+            api_service("v1.x.io", local),
+            None,
+            &[
+                "spec.caBundle: Invalid value: \"3 bytes\": local APIServices may not have a caBundle",
+                "spec.insecureSkipTLSVerify: Invalid value: true: local APIServices may not have insecureSkipTLSVerify",
+            ],
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! - [`registry`]: the generic store over the [`Backend`], the per-resource strategies,
 //!   conversion, typed decoding, validation, managedFields, custom resources, subresources and
 //!   computed resources.
+//! - [`aggregator`]: API aggregation (APIServices, the proxy to aggregated servers, their
+//!   availability and discovery).
 //! - [`admission`]: the admission seam and chain (and the controllers that keep what it reads
 //!   current).
 //! - [`storage`]: the watch caches and their listers.
@@ -31,6 +33,7 @@
 
 pub mod admission;
 pub mod audit;
+pub mod aggregator;
 pub mod auth;
 pub mod controlplane;
 pub mod endpoints;
@@ -105,6 +108,8 @@ pub struct AppState {
     /// The in-process metrics-server serving `metrics.k8s.io` ([`metricsserver`]), when
     /// [`Config::metric_resolution`] is set.
     pub metrics_server: Option<Arc<metricsserver::MetricsServer>>,
+    /// API aggregation: the front proxy's certificate and the aggregated servers' discovery.
+    pub aggregator: Arc<aggregator::Aggregator>,
 }
 
 impl AppState {
@@ -367,6 +372,7 @@ impl ApiServer {
             virtuals,
             audit,
             metrics_server: metrics_server.clone(),
+            aggregator: Arc::new(aggregator::Aggregator::new(pki.front_proxy_client.clone())),
         });
         if let Some(cache) = state.registry.get("", "v1", "namespaces").and_then(|d| state.caches.get(d.storage)) {
             state.objects.namespaces.use_cache(cache.clone());
@@ -389,6 +395,8 @@ impl ApiServer {
         if let Some(ms) = metrics_server {
             cache_tasks.push(tokio::spawn(metricsserver::scraper::run(state.clone(), ms)));
         }
+        cache_tasks.push(tokio::spawn(aggregator::available::run(state.clone())));
+        controlplane::clusterauthenticationtrust::publish(&state, &pki).await?;
         if let Some(security) = security {
             cache_tasks.extend(security.start(&state).await?);
         }
@@ -448,9 +456,10 @@ impl ApiServer {
         &self.state
     }
 
-    /// True when the store answers and every watch cache has loaded.
+    /// True when every watch cache has loaded and every Local APIService is registered and
+    /// Available (kube-apiserver's `autoregister-completion`).
     pub fn is_ready(&self) -> bool {
-        self.state.caches.values().all(|c| c.is_ready())
+        self.state.caches.values().all(|c| c.is_ready()) && self.state.aggregator.is_synced()
     }
 
     /// Waits until [`ApiServer::is_ready`].

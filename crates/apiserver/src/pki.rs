@@ -2,7 +2,11 @@
 //! certificate, generated on first start with rcgen and reused afterwards, plus the kubeconfig.
 //!
 //! Layout under `<data-dir>/tls/` (like k3s' `server/tls`): `ca.crt`/`ca.key`,
-//! `serving.crt`/`serving.key`, `admin.crt`/`admin.key`, `apiserver-kubelet-client.crt`/`.key`. Keys are ECDSA P-256, written mode 0600.
+//! `serving.crt`/`serving.key`, `admin.crt`/`admin.key`, `apiserver-kubelet-client.crt`/`.key`,
+//! and the front proxy's own CA `request-header-ca.crt`/`.key` with its client certificate
+//! `client-auth-proxy.crt`/`.key` (k3s' names; kubeadm's `front-proxy-ca` and
+//! `front-proxy-client`), which the API server presents to aggregated API servers
+//! ([`crate::aggregator`]). Keys are ECDSA P-256, written mode 0600.
 //! The admin certificate has CN=`system:admin`, O=`system:masters`, as kubeadm's `admin.conf`
 //! (<https://kubernetes.io/docs/setup/best-practices/certificates/>).
 
@@ -39,7 +43,18 @@ pub struct Pki {
     /// The API server's client certificate for kubelets (CN=`kube-apiserver-kubelet-client`,
     /// O=`system:masters`), as kubeadm's `apiserver-kubelet-client.crt`.
     pub kubelet_client: CertPair,
+    /// The request-header CA (`--requestheader-client-ca-file`): a CA of its own, not the
+    /// cluster CA, so that its client certificates never authenticate to this API server as
+    /// users, and aggregated API servers trust `X-Remote-*` headers only from its holders.
+    pub request_header_ca: CertPair,
+    /// The front proxy's client certificate (`--proxy-client-cert-file`), signed by
+    /// `request_header_ca`, CN=[`FRONT_PROXY_CLIENT_NAME`].
+    pub front_proxy_client: CertPair,
 }
+
+/// The common name of the front proxy's client certificate, the one name published in
+/// `requestheader-allowed-names` (kubeadm's `front-proxy-client`).
+pub const FRONT_PROXY_CLIENT_NAME: &str = "front-proxy-client";
 
 /// The DNS names every serving certificate carries (kube-apiserver's defaults).
 pub const DEFAULT_DNS_SANS: &[&str] = &[
@@ -136,12 +151,13 @@ fn write_pair(dir: &Path, name: &str, pair: &CertPair) -> Result<()> {
     Ok(())
 }
 
-fn generate_ca() -> Result<CertPair> {
+/// A self-signed CA named `<prefix>@<unix seconds>` (k3s' naming).
+fn generate_ca(prefix: &str) -> Result<CertPair> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, format!("skiff-ca@{secs}"));
+    dn.push(DnType::CommonName, format!("{prefix}@{secs}"));
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
@@ -214,7 +230,7 @@ impl Pki {
         let ca = match read_pair(dir, "ca") {
             Some(ca) => ca,
             None => {
-                let ca = generate_ca()?;
+                let ca = generate_ca("skiff-ca")?;
                 write_pair(dir, "ca", &ca)?;
                 // A new CA invalidates every certificate it did not sign.
                 let _ = std::fs::remove_file(dir.join("serving.crt"));
@@ -247,7 +263,24 @@ impl Pki {
                 k
             }
         };
-        Ok(Pki { dir: dir.to_path_buf(), ca, serving, admin, kubelet_client })
+        let request_header_ca = match read_pair(dir, "request-header-ca") {
+            Some(ca) => ca,
+            None => {
+                let ca = generate_ca("skiff-request-header-ca")?;
+                write_pair(dir, "request-header-ca", &ca)?;
+                let _ = std::fs::remove_file(dir.join("client-auth-proxy.crt"));
+                ca
+            }
+        };
+        let front_proxy_client = match read_pair(dir, "client-auth-proxy") {
+            Some(c) => c,
+            None => {
+                let c = sign_leaf(&request_header_ca, FRONT_PROXY_CLIENT_NAME, &[], &[], false)?;
+                write_pair(dir, "client-auth-proxy", &c)?;
+                c
+            }
+        };
+        Ok(Pki { dir: dir.to_path_buf(), ca, serving, admin, kubelet_client, request_header_ca, front_proxy_client })
     }
 
     /// A kubeconfig for `system:admin` against `server` (e.g. `https://127.0.0.1:6443`), with
@@ -297,6 +330,22 @@ mod tests {
         assert_eq!(first.ca.cert_pem, second.ca.cert_pem);
         assert_eq!(first.serving.cert_pem, second.serving.cert_pem);
         assert_eq!(first.admin.cert_pem, second.admin.cert_pem);
+        assert_eq!(first.front_proxy_client.cert_pem, second.front_proxy_client.cert_pem);
+    }
+
+    #[test]
+    fn the_front_proxy_certificate_is_issued_by_its_own_ca_not_the_cluster_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::load_or_generate(dir.path(), &["localhost".to_string()]).unwrap();
+        let subject = |pem: &str| {
+            let (_, p) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+            p.parse_x509().unwrap().subject().to_string()
+        };
+        let (_, pem) = x509_parser::pem::parse_x509_pem(pki.front_proxy_client.cert_pem.as_bytes()).unwrap();
+        let issuer = pem.parse_x509().unwrap().issuer().to_string();
+        assert_eq!(issuer, subject(&pki.request_header_ca.cert_pem));
+        assert_ne!(issuer, subject(&pki.ca.cert_pem));
+        assert_eq!(cert_user(&pem.contents).unwrap().0, FRONT_PROXY_CLIENT_NAME);
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct CustomResource {
     pub scale: Option<ScalePaths>,
     /// The watch cache of the CRD's objects.
     pub cache: Arc<WatchCache>,
+    /// The conversion webhook (`spec.conversion.strategy: Webhook`); `None`: objects are served
+    /// at every version with only `apiVersion` rewritten.
+    pub webhook: Option<crate::registry::crd::conversion::WebhookConverter>,
 }
 
 impl PartialEq for CustomResource {
@@ -65,6 +68,7 @@ impl PartialEq for CustomResource {
             && self.preserve_unknown_fields == o.preserve_unknown_fields
             && self.printer_columns == o.printer_columns
             && self.scale == o.scale
+            && self.webhook == o.webhook
             && Arc::ptr_eq(&self.cache, &o.cache)
     }
 }
@@ -241,6 +245,7 @@ pub fn builtin() -> Vec<ResourceDef> {
     const DEPLOY_SUBS: &[Subresource] = &[scale(), status("Deployment")];
     const RS_SUBS: &[Subresource] = &[scale(), status("ReplicaSet")];
     const CRD_SUBS: &[Subresource] = &[status("CustomResourceDefinition")];
+    const APISERVICE_SUBS: &[Subresource] = &[status("APIService")];
     const STS_SUBS: &[Subresource] = &[scale(), status("StatefulSet")];
     const DS_SUBS: &[Subresource] = &[status("DaemonSet")];
     const RC_SUBS: &[Subresource] = &[scale(), status("ReplicationController")];
@@ -499,6 +504,13 @@ pub fn builtin() -> Vec<ResourceDef> {
                 "customresourcedefinition",
                 "CustomResourceDefinition",
             )
+        },
+        ResourceDef {
+            namespaced: false,
+            categories: &["api-extensions"],
+            subresources: APISERVICE_SUBS,
+            storage: "apiregistration.k8s.io/apiservices",
+            ..def("apiregistration.k8s.io", "apiservices", "apiservice", "APIService")
         },
     ]
 }

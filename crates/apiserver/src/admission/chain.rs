@@ -261,6 +261,13 @@ pub struct EndpointResolver {
     slot: StateSlot,
 }
 
+impl EndpointResolver {
+    /// A resolver over the watch caches of the server `slot` will hold.
+    pub fn new(slot: StateSlot) -> Self {
+        Self { slot }
+    }
+}
+
 impl ServiceResolver for EndpointResolver {
     fn resolve(&self, namespace: &str, name: &str, port: i32) -> Result<String, String> {
         let state = self.slot.get().ok_or("the API server is shutting down")?;

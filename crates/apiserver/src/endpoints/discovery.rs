@@ -1,5 +1,6 @@
 //! API discovery: `/api`, `/api/v1`, `/apis`, `/apis/<group>[/<version>]` and aggregated
-//! discovery (`apidiscovery.k8s.io/v2`), generated from the [`Registry`]
+//! discovery (`apidiscovery.k8s.io/v2`), generated from the [`Registry`] and merged with the
+//! groups aggregated API servers serve ([`crate::aggregator`])
 //! (<https://kubernetes.io/docs/concepts/overview/kubernetes-api/#discovery-api>).
 
 use std::collections::HashMap;
@@ -169,13 +170,24 @@ pub fn discovery_response(state: &AppState, headers: &HeaderMap, core: bool) -> 
         }
     }
     if wants_aggregated {
-        let body = aggregated(&state.registry, core);
+        let mut body = aggregated(&state.registry, core);
+        if !core && let Some(items) = body["items"].as_array_mut() {
+            items.extend(crate::aggregator::aggregated_groups(state));
+        }
         let mut resp = json_response(StatusCode::OK, &body);
         resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(AGGREGATED_V2));
         resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
         return resp;
     }
-    let body = if core { api_versions(&state.server_address) } else { api_group_list(&state.registry) };
+    let body = if core {
+        api_versions(&state.server_address)
+    } else {
+        let mut list = api_group_list(&state.registry);
+        if let Some(groups) = list["groups"].as_array_mut() {
+            groups.extend(crate::aggregator::legacy_groups(state));
+        }
+        list
+    };
     let mut resp = json_response(StatusCode::OK, &body);
     resp.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
     resp

@@ -285,7 +285,7 @@ async fn list(
             let prefix = def.namespace_prefix(ns_opt);
             let snap = cache.snapshot(&prefix);
             let limit = if paginate { opts.limit } else { 0 };
-            page_of_snapshot(def, &prefix, &snap.objects, snap.revision, &opts, limit)
+            page_of_snapshot(def, &prefix, &snap.objects, snap.revision, &opts, limit)?
         }
     };
     let body = match out {

@@ -56,6 +56,7 @@ async fn health(state: &AppState, path: &str, q: &Query) -> Response {
     }
     if path.starts_with("/readyz") {
         checks.push(("informer-sync", state.caches.values().all(|c| c.is_ready())));
+        checks.push(("autoregister-completion", state.aggregator.is_synced()));
         checks.push(("shutdown", !*state.shutdown.borrow()));
     }
     let ok = checks.iter().all(|(_, ok)| *ok);
@@ -93,7 +94,9 @@ pub async fn handle(state: &AppState, parts: &Parts, path: &str, q: &Query) -> R
             Some(l) => json_response(StatusCode::OK, &l),
             None => not_found(),
         },
-        ["apis", g] => match crate::endpoints::discovery::api_group(&state.registry, g) {
+        ["apis", g] => match crate::endpoints::discovery::api_group(&state.registry, g)
+            .or_else(|| crate::aggregator::legacy_group(state, g))
+        {
             Some(l) => json_response(StatusCode::OK, &l),
             None => not_found(),
         },

@@ -183,6 +183,9 @@ fn kind_schema(g: &mut SchemaGenerator, api_version: &str, kind: &str) -> Option
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             add::<apiextensions::v1::CustomResourceDefinition>(g)
         }
+        ("apiregistration.k8s.io/v1", "APIService") => {
+            add::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(g)
+        }
         _ => return None,
     })
 }
@@ -805,7 +808,13 @@ pub fn handle(state: &AppState, rest: &[&str], headers: &HeaderMap) -> Response 
         || error_response(&ApiError::new(404, "NotFound", "the server could not find the requested resource"));
     let (group, version) = match rest {
         ["v2"] => return serve_v2(&state.registry, headers),
-        ["v3"] => return json_response(StatusCode::OK, &root(&state.registry)),
+        ["v3"] => {
+            let mut index = root(&state.registry);
+            if let Some(paths) = index["paths"].as_object_mut() {
+                paths.extend(crate::aggregator::openapi_v3_paths(state));
+            }
+            return json_response(StatusCode::OK, &index);
+        }
         ["v3", "api", v] => ("", *v),
         ["v3", "apis", g, v] => (*g, *v),
         _ => return not_found(),

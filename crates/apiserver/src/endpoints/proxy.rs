@@ -33,7 +33,7 @@ const LOG_PARAMS: &[&str] =
     &["follow", "tailLines", "sinceSeconds", "sinceTime", "timestamps", "previous", "limitBytes"];
 
 #[derive(Debug)]
-struct AcceptAnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct AcceptAnyServerCert(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl ServerCertVerifier for AcceptAnyServerCert {
     fn verify_server_cert(

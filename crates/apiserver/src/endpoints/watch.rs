@@ -255,8 +255,11 @@ impl Watcher {
     }
 
     fn render_line(&self, kind: &str, obj: Value) -> Bytes {
-        let obj = render_object(&self.def, crate::registry::convert::to_external(&self.def, obj), self.output);
-        line(kind, &obj)
+        // A conversion webhook's failure ends nothing but this event: it becomes an ERROR.
+        match crate::registry::convert::to_external(&self.def, obj) {
+            Ok(obj) => line(kind, &render_object(&self.def, obj, self.output)),
+            Err(e) => error_line(&e),
+        }
     }
 
     /// The event type this watcher sees for a change, if any (selector transitions included),
@@ -343,7 +346,7 @@ pub async fn serve(
         }
         let snap = cache.snapshot(&prefix);
         for o in snap.objects.iter().filter(|o| opts.selectors.matches(def, o)) {
-            let obj = render_object(def, crate::registry::convert::to_external(def, (**o).clone()), out);
+            let obj = render_object(def, crate::registry::convert::to_external(def, (**o).clone())?, out);
             initial.push(line("ADDED", &obj));
         }
         if send_initial == Some(true) && bookmarks {

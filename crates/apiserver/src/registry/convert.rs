@@ -1,14 +1,15 @@
 //! Conversion between the stored (internal) form and a resource's API version.
 //!
 //! Custom resources are stored in their CRD's storage version and served in every version with
-//! only `apiVersion` rewritten ([`crate::registry::crd`]). Among built-in types two pairs need it:
-//! `events.k8s.io/v1` Events are stored as core `v1` Events, as in
-//! Kubernetes, so `kubectl get events` sees what controllers record through either API (field
-//! mapping per `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go`); HorizontalPodAutoscalers
-//! are stored as `autoscaling/v2` and served as `autoscaling/v1` too, through
-//! `skiff_apimachinery::autoscaling`'s annotation-preserving conversion.
+//! only `apiVersion` rewritten, or converted by their CRD's webhook ([`crate::registry::crd`]).
+//! Among built-in types two pairs need it: `events.k8s.io/v1` Events are stored as core `v1`
+//! Events, as in Kubernetes, so `kubectl get events` sees what controllers record through
+//! either API (field mapping per `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go`);
+//! HorizontalPodAutoscalers are stored as `autoscaling/v2` and served as `autoscaling/v1` too,
+//! through `skiff_apimachinery::autoscaling`'s annotation-preserving conversion.
 
 use serde_json::{Map, Value};
+use skiff_apimachinery::ApiError;
 
 use crate::resources::ResourceDef;
 
@@ -53,31 +54,37 @@ pub fn is_identity(def: &ResourceDef) -> bool {
 }
 
 /// Stored form → the resource's API version.
-pub fn to_external(def: &ResourceDef, obj: Value) -> Value {
+///
+/// # Errors
+/// A custom resource's conversion webhook failed (500, [`crate::registry::crd::conversion`]).
+pub fn to_external(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
     if def.custom.is_some() {
         return crate::registry::crd::to_version(def, obj);
     }
     if is_events_v1(def) {
-        return rename(obj, false, "events.k8s.io/v1");
+        return Ok(rename(obj, false, "events.k8s.io/v1"));
     }
     if is_hpa_v1(def) {
-        return skiff_apimachinery::autoscaling::hpa_v2_to_v1(&obj);
+        return Ok(skiff_apimachinery::autoscaling::hpa_v2_to_v1(&obj));
     }
-    obj
+    Ok(obj)
 }
 
 /// The resource's API version → stored form.
-pub fn to_internal(def: &ResourceDef, obj: Value) -> Value {
+///
+/// # Errors
+/// As [`to_external`].
+pub fn to_internal(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
     if def.custom.is_some() {
         return crate::registry::crd::to_storage(def, obj);
     }
     if is_events_v1(def) {
-        return rename(obj, true, "v1");
+        return Ok(rename(obj, true, "v1"));
     }
     if is_hpa_v1(def) {
-        return skiff_apimachinery::autoscaling::hpa_v1_to_v2(&obj);
+        return Ok(skiff_apimachinery::autoscaling::hpa_v1_to_v2(&obj));
     }
-    obj
+    Ok(obj)
 }
 
 #[cfg(test)]
@@ -90,10 +97,10 @@ mod tests {
         let def = crate::resources::builtin().into_iter().find(|d| d.group == "events.k8s.io").unwrap();
         let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e"},
             "regarding": {"kind": "Pod", "name": "p"}, "note": "hello", "reason": "Started", "eventTime": "2024-01-01T00:00:00.000000Z"});
-        let core = to_internal(&def, ev.clone());
+        let core = to_internal(&def, ev.clone()).unwrap();
         assert_eq!(core["apiVersion"], "v1");
         assert_eq!(core["involvedObject"]["name"], "p");
         assert_eq!(core["message"], "hello");
-        assert_eq!(to_external(&def, core), ev);
+        assert_eq!(to_external(&def, core).unwrap(), ev);
     }
 }

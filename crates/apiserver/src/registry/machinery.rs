@@ -50,7 +50,7 @@ impl Selectors {
         let api_version = def.api_version();
         let external;
         let obj = if def.group == "events.k8s.io" {
-            external = crate::registry::convert::to_external(def, obj.clone());
+            external = crate::registry::convert::to_external(def, obj.clone()).unwrap_or_else(|_| obj.clone());
             &external
         } else {
             obj

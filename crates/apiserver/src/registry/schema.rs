@@ -72,6 +72,9 @@ pub fn normalize(api_version: &str, kind: &str, obj: &Value) -> Option<Result<Va
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             round_trip::<apiextensions::v1::CustomResourceDefinition>(obj)
         }
+        ("apiregistration.k8s.io/v1", "APIService") => {
+            round_trip::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(obj)
+        }
         _ => return None,
     })
 }

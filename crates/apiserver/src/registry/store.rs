@@ -604,7 +604,7 @@ impl Objects {
     /// GET one object (external form); 404 when missing.
     pub async fn get(&self, def: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
         match self.get_internal(def, ns, name).await? {
-            Some((v, _)) => Ok(convert::to_external(def, v)),
+            Some((v, _)) => convert::to_external(def, v),
             None => Err(ApiError::not_found(def.group, def.resource, name)),
         }
     }
@@ -649,7 +649,7 @@ impl Objects {
         opts: &WriteOptions,
     ) -> Result<Written, ApiError> {
         check_type(def, &mut obj)?;
-        let mut obj = convert::to_internal(def, obj);
+        let mut obj = convert::to_internal(def, obj)?;
         let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind = obj["kind"].as_str().unwrap_or_default().to_string();
         let resource_version_set;
@@ -736,7 +736,7 @@ impl Objects {
             if self.get_internal(def, ns, &name).await?.is_some() {
                 return Err(ApiError::already_exists(def.group, def.resource, &name));
             }
-            return Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json: None });
+            return Ok(Written { object: convert::to_external(def, obj)?, warnings, created: true, json: None });
         }
         if resource_version_set {
             // Refused where the etcd3 store's Create refuses it, after admission (a dry run never
@@ -760,7 +760,7 @@ impl Objects {
         };
         set_resource_version(&mut obj, rev);
         let json = splice.map(|(stored, end)| with_resource_version(&stored, end, rev));
-        Ok(Written { object: convert::to_external(def, obj), warnings, created: true, json })
+        Ok(Written { object: convert::to_external(def, obj)?, warnings, created: true, json })
     }
 
     /// The update loop shared by PUT, PATCH and subresource writes: reads the current object,
@@ -793,10 +793,10 @@ impl Objects {
                 }
                 return Err(ApiError::not_found(def.group, def.resource, name));
             };
-            let old_ext = convert::to_external(def, old.clone());
+            let old_ext = convert::to_external(def, old.clone())?;
             let mut new = mutate(Some(&old_ext))?;
             check_type(def, &mut new)?;
-            let new = convert::to_internal(def, new);
+            let new = convert::to_internal(def, new)?;
             let body_rv = meta_str(&new, "resourceVersion").to_string();
             let pinned = !body_rv.is_empty();
             if pinned && parse_rv(&body_rv)? != old_rev {
@@ -865,7 +865,7 @@ impl Objects {
             {
                 if opts.dry_run {
                     return Ok(Written {
-                        object: convert::to_external(def, new),
+                        object: convert::to_external(def, new)?,
                         warnings,
                         created: false,
                         json: None,
@@ -880,7 +880,7 @@ impl Objects {
                         }
                         set_resource_version(&mut new, rev);
                         return Ok(Written {
-                            object: convert::to_external(def, new),
+                            object: convert::to_external(def, new)?,
                             warnings,
                             created: false,
                             json: None,
@@ -894,7 +894,7 @@ impl Objects {
             }
             if without_rv(&new) == without_rv(&old) {
                 // A no-op update writes nothing and keeps the resourceVersion.
-                return Ok(Written { object: convert::to_external(def, old), warnings, created: false, json: None });
+                return Ok(Written { object: convert::to_external(def, old)?, warnings, created: false, json: None });
             }
             let (claimed, stale) = if is_services(def) && subresource.is_none() {
                 let owner = Owner::new(ns, name);
@@ -911,7 +911,7 @@ impl Objects {
             };
             if opts.dry_run {
                 set_resource_version(&mut new, old_rev);
-                return Ok(Written { object: convert::to_external(def, new), warnings, created: false, json: None });
+                return Ok(Written { object: convert::to_external(def, new)?, warnings, created: false, json: None });
             }
             let key = def.key(ns, name);
             let written = self
@@ -931,7 +931,7 @@ impl Objects {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
                     return Ok(Written {
-                        object: convert::to_external(def, new),
+                        object: convert::to_external(def, new)?,
                         warnings,
                         created: false,
                         json: None,
@@ -1035,7 +1035,7 @@ impl Objects {
             let key = def.key(ns, name);
             if fins.is_empty() && grace == 0 && !ns_pending {
                 if opts.dry_run {
-                    return Ok(Deleted { object: convert::to_external(def, old), removed: true });
+                    return Ok(Deleted { object: convert::to_external(def, old)?, removed: true });
                 }
                 match self.delete_at(def, key, old_rev).await {
                     Ok((rev, _)) => {
@@ -1045,7 +1045,7 @@ impl Objects {
                         }
                         let mut last = old;
                         set_resource_version(&mut last, rev);
-                        return Ok(Deleted { object: convert::to_external(def, last), removed: true });
+                        return Ok(Deleted { object: convert::to_external(def, last)?, removed: true });
                     }
                     Err(skiff_store::Error::Conflict { .. }) => continue,
                     Err(e) => return Err(store_error(def, name, e)),
@@ -1073,10 +1073,10 @@ impl Objects {
                 set_in(&mut new, &["status", "phase"], json!("Terminating"));
             }
             if without_rv(&new) == without_rv(&old) {
-                return Ok(Deleted { object: convert::to_external(def, old), removed: false });
+                return Ok(Deleted { object: convert::to_external(def, old)?, removed: false });
             }
             if opts.dry_run {
-                return Ok(Deleted { object: convert::to_external(def, new), removed: false });
+                return Ok(Deleted { object: convert::to_external(def, new)?, removed: false });
             }
             let bytes = encode_stored(&mut new)?;
             match self
@@ -1090,7 +1090,7 @@ impl Objects {
             {
                 Ok(rev) => {
                     set_resource_version(&mut new, rev);
-                    return Ok(Deleted { object: convert::to_external(def, new), removed: false });
+                    return Ok(Deleted { object: convert::to_external(def, new)?, removed: false });
                 }
                 Err(skiff_store::Error::Conflict { .. }) => continue,
                 Err(e) => return Err(store_error(def, name, e)),
@@ -1142,7 +1142,7 @@ impl Objects {
                 let obj = decode_stored(def, &kv.value, kv.mod_revision)?;
                 start_after = Some(kv.key.clone());
                 if opts.selectors.matches(def, &obj) {
-                    items.push(convert::to_external(def, obj));
+                    items.push(convert::to_external(def, obj)?);
                     if opts.limit > 0 && items.len() >= opts.limit {
                         let more = i + 1 < n || resp.more;
                         if !more {
@@ -1187,7 +1187,7 @@ pub fn page_of_snapshot(
     revision: Revision,
     opts: &ListOptions,
     limit: usize,
-) -> Listed {
+) -> Result<Listed, ApiError> {
     let mut items = Vec::new();
     let mut last = None;
     let mut more = false;
@@ -1197,7 +1197,7 @@ pub fn page_of_snapshot(
             break;
         }
         if opts.selectors.matches(def, o) {
-            items.push(convert::to_external(def, (**o).clone()));
+            items.push(convert::to_external(def, (**o).clone())?);
             last = Some(o);
         }
     }
@@ -1210,7 +1210,7 @@ pub fn page_of_snapshot(
         }
         None => (None, None),
     };
-    Listed { items, revision, continue_token, remaining_item_count }
+    Ok(Listed { items, revision, continue_token, remaining_item_count })
 }
 
 /// How often an update or delete that does not pin a resourceVersion is re-read and re-applied
@@ -1259,19 +1259,19 @@ mod tests {
                 "metadata": {"name": n, "namespace": "ns", "labels": {"odd": (*n == "a" || *n == "c" || *n == "e").to_string()}}})))
             .collect();
         let all = ListOptions::default();
-        let page = page_of_snapshot(&def, &prefix, &objects, 9, &all, 2);
+        let page = page_of_snapshot(&def, &prefix, &objects, 9, &all, 2).unwrap();
         let names = |l: &Listed| l.items.iter().map(|i| meta_str(i, "name").to_string()).collect::<Vec<_>>();
         assert_eq!(names(&page), ["a", "b"]);
         assert_eq!(page.remaining_item_count, Some(3));
         assert_eq!(decode_continue(page.continue_token.as_deref().unwrap()).unwrap(), (9, "b".to_string()));
-        let whole = page_of_snapshot(&def, &prefix, &objects, 9, &all, 0);
+        let whole = page_of_snapshot(&def, &prefix, &objects, 9, &all, 0).unwrap();
         assert_eq!((whole.items.len(), whole.continue_token, whole.remaining_item_count), (5, None, None));
-        let exact = page_of_snapshot(&def, &prefix, &objects, 9, &all, 5);
+        let exact = page_of_snapshot(&def, &prefix, &objects, 9, &all, 5).unwrap();
         assert_eq!((exact.items.len(), exact.continue_token, exact.remaining_item_count), (5, None, None));
         // With selectors the page ends at its last match and no count is given.
         let odd =
             ListOptions { selectors: Selectors::parse(&def, Some("odd=true"), None).unwrap(), ..Default::default() };
-        let page = page_of_snapshot(&def, &prefix, &objects, 9, &odd, 2);
+        let page = page_of_snapshot(&def, &prefix, &objects, 9, &odd, 2).unwrap();
         assert_eq!(names(&page), ["a", "c"]);
         assert_eq!(page.remaining_item_count, None);
         assert_eq!(decode_continue(page.continue_token.as_deref().unwrap()).unwrap(), (9, "c".to_string()));

@@ -41,6 +41,19 @@ pub async fn handle(state: Arc<AppState>, req: Request<Body>) -> Response {
             return audit.finish(error_response(&e)).await;
         }
     };
+    // A group-version an aggregated server claims goes to it, authorized from the path alone
+    // (kube-aggregator's proxy handler sits in front of the local handlers); so does its
+    // OpenAPI v3 document.
+    let aggregated = crate::aggregator::remote_for_path(&state, &path)
+        .or_else(|| crate::aggregator::remote_for_openapi_path(&state, &path));
+    if let Some(api_service) = aggregated {
+        let Some(user) = &user else { return error_response(&skiff_apimachinery::ApiError::unauthorized()) };
+        let attrs = crate::aggregator::proxy::attributes(&parts.method, &path, &q);
+        if let Err(e) = state.authorizer.authorize(user, &attrs) {
+            return error_response(&e);
+        }
+        return crate::aggregator::proxy::serve(&state, &parts, body, &api_service, user).await;
+    }
     let info = match parse_resource_path(&state, &parts.method, &path, &q) {
         Ok(i) => i,
         Err(e) => {

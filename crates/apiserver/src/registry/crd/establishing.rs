@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use skiff_apimachinery::ApiError;
 use skiff_store::RangeRequest;
 
-use super::{CLEANUP_FINALIZER, defs_for, intern, storage_prefix};
+use super::{CLEANUP_FINALIZER, intern, storage_prefix};
 use crate::AppState;
 use crate::registry::store::WriteOptions;
 use crate::resources::ResourceDef;
@@ -193,7 +193,12 @@ async fn reconcile(
                     Served { storage, cache, task }
                 }
             };
-            state.registry.set_custom(&name, defs_for(crd, &entry.cache, storage));
+            let services = {
+                let slot = crate::StateSlot::default();
+                slot.set(state);
+                Arc::new(crate::admission::chain::EndpointResolver::new(slot))
+            };
+            state.registry.set_custom(&name, super::defs_with_services(crd, &entry.cache, storage, services));
             served.insert(name.clone(), entry);
         }
         let status = desired_status(crd, conflict);

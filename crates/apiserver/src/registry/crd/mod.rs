@@ -15,8 +15,10 @@
 //!   ([`CustomResource::table_columns`]), and the scale subresource's paths.
 //!
 //! Objects are stored under `/registry/<group>/<plural>/` like Kubernetes; every version is
-//! served from the same objects with `apiVersion` rewritten (conversion strategy `None`).
+//! served from the same objects with `apiVersion` rewritten (conversion strategy `None`), or
+//! converted by the CRD's webhook ([`conversion`], strategy `Webhook`).
 
+pub mod conversion;
 pub mod establishing;
 pub mod rules;
 
@@ -24,6 +26,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{Value, json};
+use skiff_apimachinery::ApiError;
 use skiff_apimachinery::status::Cause;
 
 pub use establishing::run;
@@ -355,11 +358,20 @@ fn check(v: &Value, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
 }
 
 impl CustomResource {
+    /// The schema pruning, defaulting and validation use: the storage version's for a CRD with a
+    /// conversion webhook (objects reach them already converted to it), else this version's.
+    pub fn effective_schema(&self) -> Option<&Value> {
+        match &self.webhook {
+            Some(w) => w.storage_schema.as_ref(),
+            None => self.schema.as_ref(),
+        }
+    }
+
     /// Prunes unknown fields (unless `preserveUnknownFields`) and applies schema defaults.
     /// Returns the paths of the pruned fields (for `fieldValidation` Strict/Warn).
     pub fn prune_and_default(&self, obj: &mut Value) -> Vec<String> {
         let mut unknown = Vec::new();
-        let Some(schema) = &self.schema else { return unknown };
+        let Some(schema) = self.effective_schema() else { return unknown };
         if self.preserve_unknown_fields {
             return unknown;
         }
@@ -401,7 +413,7 @@ impl CustomResource {
     /// causes of a 422.
     pub fn validate(&self, def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
         let mut causes = skiff_apimachinery::validation::validate_metadata(obj, def.namespaced, old);
-        if let Some(schema) = &self.schema {
+        if let Some(schema) = self.effective_schema() {
             check(obj, schema, "", &mut causes);
             if rules::has_rules(schema) {
                 rules::validate_unless_blocked(schema, obj, old, &mut causes);
@@ -470,8 +482,20 @@ impl CustomResource {
 // ---------------------------------------------------------------------------------------------
 // From a CRD to resource definitions.
 
-/// The resource definitions a CRD's served versions get (empty when it names nothing usable).
+/// The resource definitions a CRD's served versions get (empty when it names nothing usable),
+/// with no way to reach a conversion webhook's Service (see [`defs_with_services`]).
 pub fn defs_for(crd: &Value, cache: &Arc<WatchCache>, storage: &'static str) -> Vec<ResourceDef> {
+    defs_with_services(crd, cache, storage, Arc::new(skiff_admission::webhook::NoServices))
+}
+
+/// [`defs_for`], resolving a conversion webhook's `clientConfig.service` with `services`.
+pub fn defs_with_services(
+    crd: &Value,
+    cache: &Arc<WatchCache>,
+    storage: &'static str,
+    services: Arc<dyn skiff_admission::webhook::ServiceResolver>,
+) -> Vec<ResourceDef> {
+    let webhook = conversion::WebhookConverter::from_crd(crd, services);
     let spec = &crd["spec"];
     let names = &spec["names"];
     let group = spec["group"].as_str().unwrap_or("");
@@ -545,6 +569,7 @@ pub fn defs_for(crd: &Value, cache: &Arc<WatchCache>, storage: &'static str) -> 
             printer_columns,
             scale,
             cache: cache.clone(),
+            webhook: webhook.clone(),
         }));
         out.push(ResourceDef {
             group: intern(group),
@@ -571,24 +596,39 @@ pub fn storage_prefix(group: &str, plural: &str) -> String {
     format!("/registry/{group}/{plural}/")
 }
 
-/// Converts a stored custom object to the version `def` serves (`apiVersion` only: the
-/// conversion strategy `None`).
-pub fn to_version(def: &ResourceDef, mut obj: Value) -> Value {
-    if let Some(m) = obj.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String(def.api_version()));
-    }
-    obj
+/// Converts a stored custom object to the version `def` serves: by the CRD's webhook when it
+/// has one and the object is stored at another version, else by rewriting `apiVersion`.
+///
+/// # Errors
+/// The webhook's failure (500).
+pub fn to_version(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
+    convert_to(def, obj, def.api_version())
 }
 
-/// Converts an object of `def`'s version to the storage version.
-pub fn to_storage(def: &ResourceDef, mut obj: Value) -> Value {
-    if let Some(cr) = def.custom
-        && !cr.storage_version.is_empty()
-        && let Some(m) = obj.as_object_mut()
-    {
-        m.insert("apiVersion".into(), Value::String(format!("{}/{}", def.group, cr.storage_version)));
+/// Converts an object of `def`'s version to the storage version (as [`to_version`]).
+///
+/// # Errors
+/// The webhook's failure (500).
+pub fn to_storage(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
+    match def.custom {
+        Some(cr) if !cr.storage_version.is_empty() => {
+            convert_to(def, obj, format!("{}/{}", def.group, cr.storage_version))
+        }
+        _ => Ok(obj),
     }
-    obj
+}
+
+fn convert_to(def: &ResourceDef, mut obj: Value, desired: String) -> Result<Value, ApiError> {
+    if obj["apiVersion"] == desired.as_str() {
+        return Ok(obj);
+    }
+    if let Some(webhook) = def.custom.and_then(|c| c.webhook.as_ref()) {
+        return Ok(webhook.convert(vec![obj], &desired)?.pop().unwrap_or_default());
+    }
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(desired));
+    }
+    Ok(obj)
 }
 
 /// The autoscaling/v1 Scale of a custom object.

@@ -11,6 +11,7 @@ mod harness;
 mod jobs;
 mod podstartup;
 mod proxy;
+mod scale;
 mod statefulset;
 mod store;
 
@@ -55,6 +56,10 @@ pub enum BenchCommand {
     /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
     /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
     Dns(dns::DnsArgs),
+    /// The whole cluster at scale: `--nodes` simulated nodes (1,000) and `--pods` pods (5,000)
+    /// as Deployments of 5,000: RSS per pod, time until all are bound and all Running, idle
+    /// CPU, next to an idle server with no nodes measured in the same run.
+    Scale(scale::ScaleArgs),
     /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
     /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
     #[command(hide = true)]
@@ -82,5 +87,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::Scale(args) => scale::run(args).await,
     }
 }

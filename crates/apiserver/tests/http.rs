@@ -840,6 +840,65 @@ async fn watch_streams_changes_from_a_resource_version_and_follows_selectors() {
     h.server.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Every line of a watch body until the server ends it (a minute at most).
+async fn read_until_end(resp: axum::http::Response<kube::client::Body>) -> Vec<Value> {
+    use futures::StreamExt;
+    use http_body_util::BodyExt;
+    let mut body = resp.into_body().into_data_stream();
+    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Some(chunk) = tokio::time::timeout_at(deadline, body.next()).await.expect("the watch did not end") {
+        buf.extend_from_slice(&chunk.expect("a watch chunk"));
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            out.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_stalled_watcher_is_cut_off_instead_of_buffering_and_resumes_from_its_last_resource_version() {
+    use futures::StreamExt;
+    let h = TestApiServer::start().await;
+    let c = &h.client;
+    let r = json_call(c, "POST", "/api/v1/namespaces/default/configmaps", cm("start")).await;
+    let rv = r.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    // A watcher that reads nothing while far more changes than its backlog
+    // (WATCHER_BACKLOG, 1,024) and the transport's windows hold are written: 3,000 ConfigMaps
+    // of 8 KiB, 24 MB; the watch cache's ring (4,096 events) still holds them all.
+    let stalled = watch(c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={rv}")).await;
+    let total = 3000;
+    let padding = "x".repeat(8192);
+    futures::stream::iter(0..total)
+        .map(|i| {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")},
+                "data": {"k": padding}});
+            async move { assert_eq!(json_call(c, "POST", "/api/v1/namespaces/default/configmaps", body).await.code, 201) }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    // Reading again, the watcher gets what was already on its way, then its stream ends, as
+    // kube-apiserver's cacher closes a watcher that cannot keep up: the server did not keep
+    // the other changes queued for it.
+    let got = read_until_end(stalled).await;
+    assert!(got.iter().all(|e| e["type"] == "ADDED"), "only ADDED events, no error");
+    assert!(!got.is_empty() && got.len() < total, "cut off after {} of {total} events", got.len());
+    let rvs: Vec<u64> =
+        got.iter().map(|e| e["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()).collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "in resourceVersion order");
+    // The client resumes from the last resourceVersion it saw and misses nothing.
+    let last = rvs[rvs.len() - 1];
+    let resumed = watch(c, &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={last}")).await;
+    let rest = read_events(resumed, total - got.len()).await;
+    let rest_rvs: Vec<u64> =
+        rest.iter().map(|e| e["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(rest.len(), total - got.len());
+    assert!(rest_rvs[0] > last && rest_rvs.windows(2).all(|w| w[0] < w[1]));
+    h.server.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test]
 async fn binding_sets_the_node_once() {
     let h = TestApiServer::start().await;

@@ -442,11 +442,96 @@ where
 {
     fn list_watch(self: Box<Self>) -> WatchStream<K> {
         let transform = self.transform;
+        // The transform's address tells apart the cached forms of one type (a metadata-only
+        // copy is not a full one); two addresses for one function only cost sharing.
+        let form = transform as usize;
         watcher::watcher(self.api, self.config)
             .default_backoff()
             .modify(transform)
-            .map(|event| event.map(share_event))
+            .map(move |event| event.map(|e| intern_event(e, form)))
             .boxed()
+    }
+}
+
+/// Identifies one revision of one object in one cached form: the type, the transform that
+/// made the form, the object's uid (unique across clusters and resources, so informers of
+/// two API servers in one process never meet) and its `resourceVersion`.
+#[derive(Hash, PartialEq, Eq)]
+struct RevisionKey {
+    type_id: std::any::TypeId,
+    form: usize,
+    uid: String,
+}
+
+/// The newest revision of each object seen by any [`ApiListerWatcher`] of the process, held
+/// weakly: while an informer cache holds it, every other informer that decodes the same revision
+/// gets this copy instead of keeping its own (see [`intern`]).
+struct Revisions {
+    entries: HashMap<RevisionKey, (String, std::sync::Weak<dyn Any + Send + Sync>)>,
+    /// Entries of deleted objects stay until the table reaches this size, then dead ones are
+    /// swept (amortized O(1) per insert).
+    sweep_at: usize,
+}
+
+static REVISIONS: std::sync::LazyLock<Mutex<Revisions>> =
+    std::sync::LazyLock::new(|| Mutex::new(Revisions { entries: HashMap::new(), sweep_at: 1024 }));
+
+/// Whether `a` is an older resourceVersion than `b` (both numeric, as every Kubernetes API
+/// server's are in practice; opaque ones are never older, so the newer write wins).
+fn older(a: &str, b: &str) -> bool {
+    matches!((a.parse::<u64>(), b.parse::<u64>()), (Ok(a), Ok(b)) if a < b)
+}
+
+/// Shares one copy of each object revision among the process's informers.
+///
+/// Every in-process component (controller manager, scheduler, node lifecycle controller,
+/// simulated nodes) runs its own informers over its own watch of the API, as separate
+/// processes would, so the same revision of a Pod arrives decoded once per informer. This
+/// returns the copy another informer already holds for the same type, cached form, uid and
+/// `resourceVersion` — dropping the fresh decode — or registers `obj` as that copy. Objects
+/// without a uid or resourceVersion are not shared.
+///
+/// Sharing invariant: cached objects are immutable (`Arc<K>`); a component that changes one
+/// copies it first (`(*obj).clone()` or `Arc::make_mut`, which copies a shared object).
+fn intern<K: Resource + Send + Sync + 'static>(obj: K, form: usize) -> Arc<K> {
+    let meta = obj.meta();
+    let (Some(uid), Some(rv)) = (meta.uid.as_deref(), meta.resource_version.as_deref()) else {
+        return Arc::new(obj);
+    };
+    let key = RevisionKey { type_id: std::any::TypeId::of::<K>(), form, uid: uid.to_string() };
+    let mut revisions = REVISIONS.lock();
+    if let Some((held_rv, weak)) = revisions.entries.get(&key)
+        && let Some(held) = weak.upgrade()
+    {
+        if held_rv == rv
+            && let Ok(held) = held.downcast::<K>()
+        {
+            return held;
+        }
+        if older(rv, held_rv) {
+            // A lagging informer's older revision: not worth displacing the newer one.
+            return Arc::new(obj);
+        }
+    }
+    let rv = rv.to_string();
+    let shared = Arc::new(obj);
+    let erased: Arc<dyn Any + Send + Sync> = shared.clone();
+    revisions.entries.insert(key, (rv, Arc::downgrade(&erased)));
+    if revisions.entries.len() >= revisions.sweep_at {
+        revisions.entries.retain(|_, (_, weak)| weak.strong_count() > 0);
+        revisions.sweep_at = (revisions.entries.len() * 2).max(1024);
+    }
+    shared
+}
+
+/// The same event over a shared object, one copy per revision in the process ([`intern`]).
+fn intern_event<K: Resource + Send + Sync + 'static>(event: Event<K>, form: usize) -> Event<Arc<K>> {
+    match event {
+        Event::Apply(obj) => Event::Apply(intern(obj, form)),
+        Event::Delete(obj) => Event::Delete(intern(obj, form)),
+        Event::Init => Event::Init,
+        Event::InitApply(obj) => Event::InitApply(intern(obj, form)),
+        Event::InitDone => Event::InitDone,
     }
 }
 
@@ -1044,5 +1129,50 @@ mod tests {
             Some(vec![Volume { projected: Some(ProjectedVolumeSource::default()), ..volume("kube-api-access-y") }]);
         let (cached, _) = store.apply(only_token);
         assert!(cached.spec.as_ref().unwrap().volumes.is_none());
+    }
+
+    fn revision(uid: &str, rv: &str, node: &str) -> Pod {
+        let mut p = pod("ns", uid, rv, Some(node), None);
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    #[test]
+    fn informers_decoding_the_same_revision_share_one_copy() {
+        let first = intern(revision("share-1", "7", "n1"), 1);
+        let second = intern(revision("share-1", "7", "n1"), 1);
+        assert!(Arc::ptr_eq(&first, &second));
+        // Another cached form of the same revision is a different copy.
+        let other_form = intern(revision("share-1", "7", "n1"), 2);
+        assert!(!Arc::ptr_eq(&first, &other_form));
+    }
+
+    #[test]
+    fn a_new_revision_is_its_own_copy_and_an_older_one_does_not_displace_it() {
+        let old = intern(revision("share-2", "3", "n1"), 1);
+        let new = intern(revision("share-2", "4", "n2"), 1);
+        assert!(!Arc::ptr_eq(&old, &new));
+        assert_eq!(new.spec.as_ref().unwrap().node_name.as_deref(), Some("n2"));
+        // A lagging informer still at revision 3 gets its own copy; revision 4 stays shared.
+        let lagging = intern(revision("share-2", "3", "n1"), 1);
+        assert_eq!(lagging.metadata.resource_version.as_deref(), Some("3"));
+        assert!(Arc::ptr_eq(&new, &intern(revision("share-2", "4", "n2"), 1)));
+    }
+
+    #[test]
+    fn entries_of_copies_no_informer_holds_are_swept() {
+        // 5,000 objects decoded and dropped at once (deleted): the table does not keep them all.
+        for i in 0..5000 {
+            drop(intern(revision(&format!("sweep-{i}"), "1", "n1"), 3));
+        }
+        let left = REVISIONS.lock().entries.keys().filter(|k| k.form == 3).count();
+        assert!(left < 5000, "{left} entries of dropped copies left");
+    }
+
+    #[test]
+    fn objects_without_uid_or_resource_version_are_not_shared() {
+        let a = intern(pod("ns", "share-4", "1", None, None), 1);
+        let b = intern(pod("ns", "share-4", "1", None, None), 1);
+        assert!(!Arc::ptr_eq(&a, &b));
     }
 }

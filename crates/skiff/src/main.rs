@@ -15,6 +15,12 @@ mod pidfile;
 mod secretsencrypt;
 mod server;
 
+/// jemalloc as the process's allocator (feature `jemalloc`; `heap-profile` adds its sampled
+/// heap profiling, read by `scripts/heap-breakdown`; see BENCHMARKS.md "Memory at scale").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Kubernetes' core machinery in one small binary.
 #[derive(Parser)]
 #[command(name = "skiff", version)]

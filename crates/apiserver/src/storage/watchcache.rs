@@ -42,10 +42,12 @@ pub struct CacheEvent {
     /// The object after the change (for a delete: the last state), with `resourceVersion` set
     /// to `revision`.
     pub object: Arc<Value>,
-    /// The stored value before a modification and its revision, decoded only when a watcher
-    /// asks for it ([`CacheEvent::prev`]: watchers with selectors, to see objects leave them).
+    /// The stored value before a modification and its revision, kept only when the cache did
+    /// not hold that revision itself, and then decoded only when a watcher asks for it
+    /// ([`CacheEvent::prev`]: watchers with selectors, to see objects leave them).
     prev_raw: Option<(Vec<u8>, Revision)>,
-    /// The decoded object before the change (see [`CacheEvent::prev`]).
+    /// The object before the change (see [`CacheEvent::prev`]): the cache's own previous object
+    /// for the key, shared, or decoded from `prev_raw` on first use.
     prev: std::sync::OnceLock<Option<Arc<Value>>>,
     /// `object` serialized as JSON, made by the first watcher that sends it unchanged and reused
     /// by every other one (see [`CacheEvent::object_json`]): a fan-out to N watchers encodes an
@@ -355,49 +357,67 @@ impl WatchCache {
     }
 
     /// Applies one store event: updates the objects and the ring, and broadcasts it.
+    ///
+    /// The previous state of a modification or delete is the object the cache held for the
+    /// key — the ring and watchers share it by reference instead of decoding their own copy of
+    /// the store's `prev_kv` (which is kept only if the cache's object is not that revision).
     pub(crate) fn apply(&self, e: skiff_store::Event) {
         let revision = e.kv.mod_revision;
-        // A modification's previous state is decoded only if a watcher needs it; a delete's is
-        // the event's object.
-        let prev = std::sync::OnceLock::new();
-        let mut prev_raw = None;
-        let (kind, object) = match e.kind {
-            EventType::Put => {
-                let Some(obj) = decode(&e.kv.value, revision) else {
+        let prev_revision = e.prev_kv.as_ref().map(|p| p.mod_revision);
+        // Decoded before taking the lock: watchers and readers wait on it.
+        let put = match e.kind {
+            EventType::Put => match decode(&e.kv.value, revision) {
+                Some(obj) => Some(Arc::new(obj)),
+                None => {
                     tracing::warn!(key = %e.kv.key, "undecodable value in the store; skipped");
                     return;
-                };
+                }
+            },
+            EventType::Delete => None,
+        };
+        let held_is_prev = |held: &Arc<Value>| {
+            prev_revision.is_some_and(|rev| {
+                held.pointer("/metadata/resourceVersion").and_then(Value::as_str) == Some(rev.to_string().as_str())
+            })
+        };
+        let prev = std::sync::OnceLock::new();
+        let mut prev_raw = None;
+        let mut inner = self.inner.lock();
+        let (kind, object) = match put {
+            Some(object) => {
+                let held = inner.objects.insert(e.kv.key.clone(), object.clone());
                 let kind = if e.prev_kv.is_some() { EventKind::Modified } else { EventKind::Added };
-                prev_raw = e.prev_kv.map(|p| (p.value, p.mod_revision));
-                (kind, Arc::new(obj))
+                match held.filter(held_is_prev) {
+                    Some(held) => {
+                        let _ = prev.set(Some(held));
+                    }
+                    None => prev_raw = e.prev_kv.map(|p| (p.value, p.mod_revision)),
+                }
+                (kind, object)
             }
-            EventType::Delete => {
-                let Some(last) = e.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision)) else { return };
-                let mut deleted = last.clone();
+            None => {
+                let held = inner.objects.remove(&e.kv.key).filter(|h| prev_revision.is_none() || held_is_prev(h));
+                let Some(last) =
+                    held.or_else(|| e.prev_kv.as_ref().and_then(|p| decode(&p.value, p.mod_revision)).map(Arc::new))
+                else {
+                    return;
+                };
+                let mut deleted = (*last).clone();
                 set_resource_version(&mut deleted, revision);
-                let _ = prev.set(Some(Arc::new(last)));
+                let _ = prev.set(Some(last));
                 (EventKind::Deleted, Arc::new(deleted))
             }
         };
         let event = Arc::new(CacheEvent {
             kind,
-            key: e.kv.key.clone(),
+            key: e.kv.key,
             revision,
-            object: object.clone(),
+            object,
             prev_raw,
             prev,
             encoded: std::sync::OnceLock::new(),
             line: std::sync::OnceLock::new(),
         });
-        let mut inner = self.inner.lock();
-        match kind {
-            EventKind::Deleted => {
-                inner.objects.remove(&e.kv.key);
-            }
-            _ => {
-                inner.objects.insert(e.kv.key, object);
-            }
-        }
         if inner.ring.len() >= self.ring_capacity
             && let Some(dropped) = inner.ring.pop_front()
         {
@@ -512,7 +532,7 @@ mod tests {
     }
 
     #[test]
-    fn a_modifications_previous_state_is_decoded_only_when_asked_for() {
+    fn a_modifications_previous_state_is_the_cached_object_shared_not_a_copy() {
         let cache = WatchCache::new("/registry/x/".into(), 10, 16);
         let (_, mut sub) = cache.watch_from(0).unwrap();
         put(&cache, "/registry/x/a", 1, None);
@@ -522,11 +542,22 @@ mod tests {
         assert!(!created.has_prev() && created.prev().is_none());
         assert_eq!(modified.kind, EventKind::Modified);
         assert!(modified.has_prev());
-        assert!(modified.prev.get().is_none(), "not decoded before a watcher asks");
         let prev = modified.prev().expect("the previous state");
+        assert!(Arc::ptr_eq(prev, &created.object), "the revision the cache held, not a decoded copy");
+        assert!(modified.prev_raw.is_none(), "no raw copy kept");
         assert_eq!(prev["n"], 1);
         assert_eq!(prev["metadata"]["resourceVersion"], "1");
         assert!(matches!(sub.rx.try_recv(), Ok(CacheMsg::Event(_))));
+    }
+
+    #[test]
+    fn a_previous_state_the_cache_does_not_hold_is_decoded_from_the_store_event() {
+        let cache = WatchCache::new("/registry/x/".into(), 10, 16);
+        // Revision 2 modifies a revision the cache never saw (its object map holds none).
+        put(&cache, "/registry/x/a", 2, Some(1));
+        let (backlog, _) = cache.watch_from(0).unwrap();
+        assert!(backlog[0].prev.get().is_none(), "decoded only when asked for");
+        assert_eq!(backlog[0].prev().map(|p| p["n"].clone()), Some(1.into()));
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod migrate;
 mod netpol;
 mod podstartup;
 mod proxy;
+mod scale;
 mod statefulset;
 mod store;
 mod vap;
@@ -78,6 +79,10 @@ pub enum BenchCommand {
     /// create against none, in process and (with `--api`) as server CPU per create (target
     /// ≤ 25 µs).
     Vap(vap::VapArgs),
+    /// The whole cluster at scale: `--nodes` simulated nodes (1,000) and `--pods` pods (5,000)
+    /// as Deployments of 5,000: RSS per pod, time until all are bound and all Running, idle
+    /// CPU, next to an idle server with no nodes measured in the same run.
+    Scale(scale::ScaleArgs),
     /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
     /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
     #[command(hide = true)]
@@ -110,5 +115,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Proxy(args) => proxy::run(args).await,
         BenchCommand::Vap(args) => vap::run(args).await,
         BenchCommand::Netpol(args) => netpol::run(args).await,
+        BenchCommand::Scale(args) => scale::run(args).await,
     }
 }

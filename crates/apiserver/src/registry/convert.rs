@@ -70,6 +70,18 @@ pub fn to_external(def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
+/// [`to_external`] of many objects, with one call for a CRD's conversion webhook (a list's
+/// page is one ConversionReview, as apiextensions sends it).
+///
+/// # Errors
+/// As [`to_external`].
+pub fn to_external_all(def: &ResourceDef, objs: Vec<Value>) -> Result<Vec<Value>, ApiError> {
+    if let Some(webhook) = def.custom.and_then(|c| c.webhook.as_ref()) {
+        return webhook.convert(objs, &def.api_version());
+    }
+    objs.into_iter().map(|o| to_external(def, o)).collect()
+}
+
 /// The resource's API version → stored form.
 ///
 /// # Errors

@@ -1109,6 +1109,20 @@ impl Objects {
         opts: &ListOptions,
         revision: Revision,
     ) -> Result<Listed, ApiError> {
+        let mut listed = self.list_stored(def, ns, opts, revision).await?;
+        // One conversion for the page (one ConversionReview for a CRD's webhook).
+        listed.items = convert::to_external_all(def, std::mem::take(&mut listed.items))?;
+        Ok(listed)
+    }
+
+    /// [`Objects::list_from_store`] with the items in their stored form.
+    async fn list_stored(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        revision: Revision,
+    ) -> Result<Listed, ApiError> {
         let prefix = def.namespace_prefix(ns);
         let (mut revision, mut start_after) = (revision, None);
         let mut continued_from = None;
@@ -1142,7 +1156,7 @@ impl Objects {
                 let obj = decode_stored(def, &kv.value, kv.mod_revision)?;
                 start_after = Some(kv.key.clone());
                 if opts.selectors.matches(def, &obj) {
-                    items.push(convert::to_external(def, obj)?);
+                    items.push(obj);
                     if opts.limit > 0 && items.len() >= opts.limit {
                         let more = i + 1 < n || resp.more;
                         if !more {
@@ -1188,7 +1202,7 @@ pub fn page_of_snapshot(
     opts: &ListOptions,
     limit: usize,
 ) -> Result<Listed, ApiError> {
-    let mut items = Vec::new();
+    let mut items: Vec<Value> = Vec::new();
     let mut last = None;
     let mut more = false;
     for o in objects {
@@ -1197,10 +1211,11 @@ pub fn page_of_snapshot(
             break;
         }
         if opts.selectors.matches(def, o) {
-            items.push(convert::to_external(def, (**o).clone())?);
+            items.push((**o).clone());
             last = Some(o);
         }
     }
+    let items = convert::to_external_all(def, items)?;
     let (continue_token, remaining_item_count) = match last.filter(|_| more) {
         Some(o) => {
             let key = def.key(meta_str(o, "namespace"), meta_str(o, "name"));

@@ -274,6 +274,22 @@ mod tests {
     }
 
     #[test]
+    fn a_v1beta1_review_is_sent_only_when_v1_is_not_listed() {
+        let crd = |versions: Value| {
+            json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": versions,
+                "clientConfig": {"url": "https://x/"}}}}})
+        };
+        let services = || -> Arc<dyn ServiceResolver> { Arc::new(skiff_admission::webhook::NoServices) };
+        assert_eq!(WebhookConverter::from_crd(&crd(json!(["v1beta1"])), services()).unwrap().review_version, "v1beta1");
+        assert_eq!(
+            WebhookConverter::from_crd(&crd(json!(["v1beta1", "v1"])), services()).unwrap().review_version,
+            "v1"
+        );
+        let none = json!({"spec": {"conversion": {"strategy": "None"}}});
+        assert!(WebhookConverter::from_crd(&none, services()).is_none());
+    }
+
+    #[test]
     fn objects_already_at_the_desired_version_need_no_call() {
         let conv = WebhookConverter {
             client_config: json!({"url": "https://127.0.0.1:1/never"}),

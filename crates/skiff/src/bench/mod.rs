@@ -12,6 +12,7 @@ mod jobs;
 mod podstartup;
 mod proxy;
 mod statefulset;
+mod stats;
 mod store;
 
 /// The benchmarks.
@@ -55,6 +56,10 @@ pub enum BenchCommand {
     /// in the same run, dnsmasq serving the same 10,000 Services' names from a hosts file (target
     /// ≥ 80 % of dnsmasq's queries/s), and the records index's memory per Service.
     Dns(dns::DnsArgs),
+    /// The kubelet's stats collection at 110 pods (a fake cgroup v2 tree): CPU per
+    /// collection cycle against the ≤ 1 % of a core at 10 s target, next to reading the same
+    /// files without parsing.
+    Stats(stats::StatsArgs),
     /// An HTTPS server with `skiff server`'s TLS and HTTP stack whose handler does nothing
     /// (`201` with a fixed pod): the transport baseline `skiff bench apiserver` spawns.
     #[command(hide = true)]
@@ -82,5 +87,6 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Dns(args) => dns::run(args).await,
         BenchCommand::EmptyHandler(args) => empty_handler::run(args).await,
         BenchCommand::Proxy(args) => proxy::run(args).await,
+        BenchCommand::Stats(args) => stats::run(args).await,
     }
 }

@@ -89,3 +89,73 @@ fn an_invalid_hpa_is_refused_with_kubernetes_causes() {
         "{err}"
     );
 }
+
+const BUSY: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: busy
+  namespace: default
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: busy}}
+  template:
+    metadata:
+      labels: {app: busy}
+      annotations: {skiff.io/simulated-cpu-usage: 90m}
+    spec:
+      containers:
+      - name: app
+        image: nginx
+        resources: {requests: {cpu: 100m}}
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: busy
+  namespace: default
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: busy}
+  minReplicas: 1
+  maxReplicas: 3
+  metrics:
+  - type: Resource
+    resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+  behavior:
+    scaleDown:
+      stabilizationWindowSeconds: 5
+      policies: [{type: Percent, value: 100, periodSeconds: 15}]
+"#;
+
+fn spec_replicas(server: &Server) -> i64 {
+    server.json(&["get", "deployment", "busy"])["spec"]["replicas"].as_i64().unwrap_or(0)
+}
+
+#[test]
+fn an_hpa_scales_a_deployment_up_under_load_and_back_down_after_its_window() {
+    let server = Server::start_with(&[
+        "--simulated-nodes",
+        "1",
+        "--metric-resolution",
+        "1s",
+        "--horizontal-pod-autoscaler-sync-period",
+        "1s",
+    ]);
+    server.ok_stdin(&["apply", "-f", "-"], BUSY);
+    // 90 % of the request against a 50 % target: up to the maximum of 3.
+    server.eventually(120, "the HPA to scale busy up to 3", || (spec_replicas(&server) == 3).then_some(()));
+    let hpa = server.json(&["get", "hpa", "busy"]);
+    let util = hpa["status"]["currentMetrics"][0]["resource"]["current"]["averageUtilization"].as_i64();
+    assert!(util.is_some_and(|u| u > 50), "{hpa}");
+    server.eventually(30, "the SuccessfulRescale event", || {
+        let events =
+            server.ok(&["get", "events", "--field-selector", "involvedObject.name=busy,reason=SuccessfulRescale"]);
+        events.contains("cpu resource utilization (percentage of request) above target").then_some(())
+    });
+
+    // The load goes away: after the 5 s scale-down window, back to the minimum.
+    server.ok(&["annotate", "pods", "-l", "app=busy", "skiff.io/simulated-cpu-usage=5m", "--overwrite"]);
+    server.eventually(120, "the HPA to scale busy down to 1", || (spec_replicas(&server) == 1).then_some(()));
+    let table = server.ok(&["get", "hpa", "busy"]);
+    assert!(table.contains("Deployment/busy"), "{table}");
+}

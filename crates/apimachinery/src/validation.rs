@@ -25,8 +25,8 @@ use crate::quantity::parse_quantity_value;
 use crate::selector::LabelSelector;
 pub use crate::status::Cause;
 
-mod containers;
 pub mod autoscaling;
+mod containers;
 pub mod cronjob;
 pub mod daemonset;
 pub mod job;

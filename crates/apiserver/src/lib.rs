@@ -32,8 +32,8 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admission;
-pub mod audit;
 pub mod aggregator;
+pub mod audit;
 pub mod auth;
 pub mod controlplane;
 pub mod endpoints;

@@ -71,9 +71,11 @@ spec:
     command: [sh, -c, 'sleep 2; echo finished']
 ";
 
-/// Runs kubectl with `input` on stdin, killed after 90 s so that a session that never ends
+/// Runs kubectl with `input` on stdin, held open until stdout shows `until` (at most 60 s),
+/// killed after 90 s so that a session that never ends
 /// fails the test instead of hanging it.
-fn run_stdin(server: &Server, args: &[&str], input: &str) -> Output {
+fn run_stdin(server: &Server, args: &[&str], input: &str, until: &str) -> Output {
+    use std::io::Read;
     let mut child = Command::new("timeout")
         .args(["90", "kubectl", "--kubeconfig"])
         .arg(server.kubeconfig())
@@ -86,13 +88,34 @@ fn run_stdin(server: &Server, args: &[&str], input: &str) -> Output {
         .spawn()
         .expect("starting kubectl");
     let mut stdin = child.stdin.take().expect("stdin");
-    let input = input.to_string();
-    // Written from a thread: kubectl reads stdin only once attached.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    let out = child.wait_with_output().expect("kubectl output");
-    let _ = writer.join();
+    let mut stdout = child.stdout.take().expect("stdout");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    // kubectl reads stdin only once attached; stdin stays open until `until` is printed, so
+    // the session never ends on stdin's end before the output is in.
+    let _ = stdin.write_all(input.as_bytes());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !text(&seen.lock().unwrap()).contains(until) && std::time::Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    drop(stdin);
+    let mut out = child.wait_with_output().expect("kubectl output");
+    let _ = reader.join();
+    out.stdout = seen.lock().unwrap().clone();
     out
 }
 
@@ -157,9 +180,10 @@ fn sidecars_run_beside_their_pods_and_kubectl_debug_attaches_an_ephemeral_contai
             "--",
             "sh",
             "-c",
-            "read line; echo \"got $line\"; ps",
+            "read line; ps; echo \"got $line\"; read -t 10 rest",
         ],
         "hello debug\n",
+        "got hello debug",
     );
     let (o, e) = (text(&out.stdout), text(&out.stderr));
     assert!(o.contains("got hello debug"), "kubectl debug: stdout {o:?}, stderr {e:?}");

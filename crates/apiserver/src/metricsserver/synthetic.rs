@@ -104,19 +104,23 @@ pub fn pod_rates(pod: &Value) -> Vec<ContainerRate> {
 /// The cumulative CPU counters of simulated nodes and containers, advanced at every sample.
 #[derive(Debug, Default)]
 pub struct SyntheticCounters {
-    /// By node name, or by `pod uid/container`: (last sample ms, cumulative nanocore-seconds).
-    counters: HashMap<String, (i64, f64)>,
+    /// By node name, or by `pod uid/container`: (the counter's start ms, last sample ms,
+    /// cumulative nanocore-seconds).
+    counters: HashMap<String, (i64, i64, f64)>,
 }
 
 impl SyntheticCounters {
-    /// The counter of `key` at `now_ms`, given the current rate: started at `start_ms` with
-    /// this rate when first seen, advanced by `rate × elapsed` after.
-    fn advance(&mut self, key: String, start_ms: i64, now_ms: i64, rate_nanocores: f64) -> u64 {
-        let entry = self.counters.entry(key).or_insert((start_ms.min(now_ms), 0.0));
-        let elapsed_s = (now_ms - entry.0).max(0) as f64 / 1000.0;
-        entry.1 += rate_nanocores * elapsed_s;
-        entry.0 = now_ms.max(entry.0);
-        entry.1 as u64
+    /// The counter of `key` at `now_ms` and the time it started from, given the current rate:
+    /// started at `start_ms` with this rate when first seen, advanced by `rate × elapsed` after.
+    /// The start stays the first one, so a container's start time that becomes known later
+    /// (its status's `startedAt` after the pod's `startTime`) does not skew the first rate.
+    fn advance(&mut self, key: String, start_ms: i64, now_ms: i64, rate_nanocores: f64) -> (u64, i64) {
+        let origin = start_ms.min(now_ms);
+        let entry = self.counters.entry(key).or_insert((origin, origin, 0.0));
+        let elapsed_s = (now_ms - entry.1).max(0) as f64 / 1000.0;
+        entry.2 += rate_nanocores * elapsed_s;
+        entry.1 = now_ms.max(entry.1);
+        (entry.2 as u64, entry.0)
     }
 
     /// Forgets series not sampled in the last `keep` sample rounds' keys (`seen`).
@@ -156,7 +160,7 @@ impl SyntheticCounters {
                         .unwrap_or(now_ms);
                     let key = format!("{uid}/{}", rate.name);
                     seen.insert(key.clone());
-                    let cpu = self.advance(key, started, now_ms, rate.cpu_nanocores);
+                    let (cpu, started) = self.advance(key, started, now_ms, rate.cpu_nanocores);
                     node_cpu += rate.cpu_nanocores;
                     node_mem += rate.memory_bytes;
                     points.push((
@@ -173,7 +177,7 @@ impl SyntheticCounters {
             }
             let node_start = ms(&node["metadata"]["creationTimestamp"]).unwrap_or(now_ms);
             seen.insert(node_name.to_string());
-            let cpu = self.advance(node_name.to_string(), node_start, now_ms, node_cpu);
+            let (cpu, node_start) = self.advance(node_name.to_string(), node_start, now_ms, node_cpu);
             batch.nodes.insert(
                 node_name.to_string(),
                 MetricsPoint {
@@ -195,6 +199,17 @@ mod tests {
 
     use super::*;
     use crate::metricsserver::storage::Storage;
+
+    #[test]
+    fn a_counter_keeps_its_first_start_when_a_later_start_time_becomes_known() {
+        let mut c = SyntheticCounters::default();
+        // First seen from the pod's startTime (1 s), later with the container's startedAt (2 s).
+        assert_eq!(c.advance("u/app".into(), 1_000, 3_000, 1.5e8), (300_000_000, 1_000));
+        let (cpu, start) = c.advance("u/app".into(), 2_000, 5_000, 1.5e8);
+        assert_eq!(start, 1_000);
+        // The rate since the counter's start is exactly the simulated 150m.
+        assert_eq!(cpu as f64 / ((5_000 - start) as f64 / 1000.0), 1.5e8);
+    }
 
     fn pod(annotations: Value, containers: Value) -> Value {
         json!({"metadata": {"name": "web", "namespace": "default", "uid": "u1", "annotations": annotations,

@@ -1,4 +1,4 @@
-//! End-to-end (issue 24): API aggregation against the real `skiff server` and `kubectl`. The
+//! End-to-end: API aggregation against the real `skiff server` and `kubectl`. The
 //! test runs a small aggregated API server of its own — HTTPS with a certificate the
 //! APIService's `caBundle` verifies, accepting only clients with a certificate from the
 //! request-header CA the server publishes in `kube-system/extension-apiserver-authentication`,

@@ -1,4 +1,4 @@
-//! End-to-end (issue 24): a two-version CRD whose versions name one field differently
+//! End-to-end: a two-version CRD whose versions name one field differently
 //! (`spec.cronSpec` in v1, `spec.schedule` in v2), converted by a webhook the test runs
 //! (HTTPS, its certificate signed by the cluster CA, ConversionReview v1), read and written at
 //! both versions with the real `kubectl`, across a change of storage version; a webhook that is

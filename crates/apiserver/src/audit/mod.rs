@@ -232,7 +232,9 @@ impl Pending {
     /// Records the response: `ResponseComplete` now, or for a watch `ResponseStarted` now and
     /// `ResponseComplete` when its stream ends. Returns the response to send.
     pub async fn finish(mut self, resp: Response) -> Response {
-        let Some(auditor) = self.auditor.clone() else { return resp };
+        if self.auditor.is_none() {
+            return resp;
+        }
         if !self.decided {
             // Refused before the request was understood (authentication failed): decided as a
             // request from nobody.
@@ -243,7 +245,6 @@ impl Pending {
         if self.decision.level == Level::None {
             return resp;
         }
-        let _ = auditor;
         let code = resp.status().as_u16();
         let mut status = json!({"metadata": {}, "code": code});
         let content_type = resp

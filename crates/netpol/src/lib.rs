@@ -23,30 +23,12 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use skiff_proxy::{NftBackend, NftError};
 use skiff_runtime::api::ApiResource;
-use skiff_runtime::informer::{ApiListerWatcher, HandlerFns, Informer};
+use skiff_runtime::informer::{ApiListerWatcher, Informer};
 
 pub use controller::{Controller, ControllerConfig, DEFAULT_MIN_SYNC_PERIOD, SyncOutcome};
 
-/// Registers on `informer` handlers that hand adds and real updates to `upsert` and deletes to
-/// `delete` (a periodic resync, the same `Arc`, is ignored).
-fn feed<K: kube::Resource + Clone + Send + Sync + 'static>(
-    informer: &Informer<K>,
-    controller: &Arc<Controller>,
-    upsert: fn(&Controller, &Arc<K>),
-    delete: fn(&Controller, &K),
-) {
-    let (add, update, del) = (controller.clone(), controller.clone(), controller.clone());
-    informer.add_event_handler(Arc::new(
-        HandlerFns::new()
-            .on_add(move |o: &Arc<K>| upsert(&add, o))
-            .on_update(move |old: &Arc<K>, new: &Arc<K>| {
-                if !Arc::ptr_eq(old, new) {
-                    upsert(&update, new)
-                }
-            })
-            .on_delete(move |o: &Arc<K>| delete(&del, o)),
-    ));
-}
+// The informer wiring is the node proxy's ([`skiff_proxy::feed`]).
+use skiff_proxy::feed;
 
 /// Registers the controller's handlers on a pod informer.
 pub fn feed_pods(informer: &Informer<Pod>, controller: &Arc<Controller>) {

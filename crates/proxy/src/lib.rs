@@ -32,11 +32,13 @@ pub use rules::{Cidr, RuleConfig};
 /// Registers on `informer` handlers that hand adds and real updates to `upsert` and deletes
 /// to `delete`; a relist's unchanged object is a new `Arc` and is recomputed (to no change),
 /// while a periodic resync (the same `Arc`) is ignored.
-fn feed<K: kube::Resource + Clone + Send + Sync + 'static>(
+/// Generic over the receiver, so the NetworkPolicy controller (`skiff-netpol`) feeds itself the
+/// same way.
+pub fn feed<K: kube::Resource + Clone + Send + Sync + 'static, C: Send + Sync + 'static>(
     informer: &Informer<K>,
-    proxier: &Arc<Proxier>,
-    upsert: fn(&Proxier, &Arc<K>),
-    delete: fn(&Proxier, &K),
+    proxier: &Arc<C>,
+    upsert: fn(&C, &Arc<K>),
+    delete: fn(&C, &K),
 ) {
     let (add, update, del) = (proxier.clone(), proxier.clone(), proxier.clone());
     informer.add_event_handler(Arc::new(
